@@ -1,0 +1,16 @@
+"""Shared machinery of the course *Debugging neural-network training runs*.
+
+* ``course.data``: the Markov language with exact baselines, batches, a small real text;
+* ``course.model``: a tiny causal transformer with positions and a KV cache;
+* ``course.pipeline``: the reference recipe as replaceable parts;
+* ``course.train``: the instrumented loop, evaluation, checkpoints;
+* ``course.bugs``: the catalogue of injectable bugs;
+* ``course.checks`` and ``course.baselines``: the diagnostic tools;
+* ``course.plots`` and ``course.record``: loss plots with reference lines, the diagnosis record.
+"""
+
+from .data import IGNORE, Batch, MarkovLanguage
+from .model import ModelConfig, TinyGPT
+from .pipeline import Pipeline
+
+__all__ = ["IGNORE", "Batch", "MarkovLanguage", "ModelConfig", "TinyGPT", "Pipeline"]

@@ -1,0 +1,217 @@
+"""Data with known answers.
+
+``MarkovLanguage`` is a seeded second-order Markov chain: each token depends on the two before it.
+Because the chain is known, so is every baseline a loss can be compared with:
+
+* ``ln(V)``: the loss of a uniform guess over the model's whole vocabulary;
+* the unigram entropy ``H(pi)``: the best loss of a model that ignores context;
+* the bigram entropy ``H(X_t | X_t-1)``: the best loss of a model that sees only the previous token;
+* the entropy rate ``H(X_t | X_t-2, X_t-1)``: the best loss any model can reach.
+
+A held-out loss below the entropy rate is not luck: it means the model saw what it predicts.
+
+The language has ``n_symbols`` ordinary tokens plus two specials, ``PAD`` and ``EOS``, so the model's
+vocabulary is ``n_symbols + 2``. Sequences start from the chain's stationary distribution, so every
+position has the same marginal ``pi`` and the numbers above are exact (computed in float64 by
+linear algebra, not by sampling).
+
+``pydoc_text()`` returns a small real English text that ships with Python (no download).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+IGNORE = -100  # F.cross_entropy's default ignore_index: a target with this value is not scored
+
+
+def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy in nats along ``dim``, with 0 log 0 = 0."""
+    p = p.double()
+    logp = torch.where(p > 0, p, torch.ones_like(p)).log()
+    return -(p * logp).sum(dim)
+
+
+class MarkovLanguage:
+    """A seeded second-order Markov chain over ``n_symbols`` tokens.
+
+    ``concentration`` is the Dirichlet parameter of each row of the transition table: small values
+    make each next token nearly determined by the two before it (a low entropy rate), so a model
+    that ignores context is far worse than one that uses it.
+    """
+
+    def __init__(self, n_symbols: int = 16, seed: int = 0, concentration: float = 0.1):
+        self.n_symbols = n_symbols
+        self.seed = seed
+        self.PAD = n_symbols
+        self.EOS = n_symbols + 1
+        self.vocab_size = n_symbols + 2
+        with torch.random.fork_rng(devices=[]):  # seeded without touching the caller's RNG
+            torch.manual_seed(seed)
+            rows = torch.distributions.Dirichlet(torch.full((n_symbols,), float(concentration))).sample((n_symbols**2,))
+        self.transition = rows.double() / rows.double().sum(-1, keepdim=True)
+        self.pair_stationary = self._pair_stationary()  # (S*S,) over (a, b)
+        self.stationary = self.pair_stationary.view(n_symbols, n_symbols).sum(0)
+
+    def _pair_stationary(self) -> torch.Tensor:
+        S = self.n_symbols
+        # Markov chain on pairs: (a, b) -> (b, c) with probability transition[a*S+b, c].
+        M = torch.zeros(S * S, S * S, dtype=torch.float64)
+        rows = torch.arange(S * S)
+        b = rows % S
+        for c in range(S):
+            M[rows, b * S + c] = self.transition[:, c]
+        # Stationary distribution: left eigenvector for eigenvalue 1, found by power iteration on
+        # a lazy chain (always aperiodic) until it stops moving.
+        lazy = 0.5 * (M + torch.eye(S * S, dtype=torch.float64))
+        p = torch.full((S * S,), 1.0 / (S * S), dtype=torch.float64)
+        for _ in range(100_000):
+            nxt = p @ lazy
+            if torch.max(torch.abs(nxt - p)) < 1e-15:
+                break
+            p = nxt
+        return nxt / nxt.sum()
+
+    # ----- the exact baselines -------------------------------------------------------------
+    @property
+    def uniform_loss(self) -> float:
+        """ln(V) for the model's whole vocabulary (specials included)."""
+        return math.log(self.vocab_size)
+
+    @property
+    def unigram_entropy(self) -> float:
+        """H(pi): the best loss with no context at all."""
+        return entropy(self.stationary).item()
+
+    @property
+    def bigram_entropy(self) -> float:
+        """H(X_t | X_t-1): the best loss with only the previous token as context."""
+        S = self.n_symbols
+        joint = self.pair_stationary.view(S, S)  # P(a, b), and b is followed by c
+        # P(b, c) = sum_a P(a, b) T[a, b, c]
+        T = self.transition.view(S, S, S)
+        bc = torch.einsum("ab,abc->bc", joint, T)
+        cond = bc / bc.sum(-1, keepdim=True)
+        return (bc.sum(-1) * entropy(cond)).sum().item()
+
+    @property
+    def entropy_rate(self) -> float:
+        """H(X_t | X_t-2, X_t-1): the lowest loss any model can reach on this language."""
+        return (self.pair_stationary * entropy(self.transition)).sum().item()
+
+    def loss_floor(self, seq_len: int) -> float:
+        """The best achievable mean loss over ``seq_len`` next-token targets of one fresh sequence.
+
+        The first target is predicted from one token of context (bigram entropy); every later one
+        from at least two (the entropy rate). This is the number a perfect model scores on
+        ``sample(n, seq_len + 1)`` windows with every target scored.
+        """
+        return (self.bigram_entropy + (seq_len - 1) * self.entropy_rate) / seq_len
+
+    def floor_for(self, targets: torch.Tensor) -> float:
+        """The best achievable mean loss over exactly the scored targets of a batch of fresh sequences.
+
+        Target column 0 has one token of context (bigram entropy), every later column at least two
+        (entropy rate); ``IGNORE`` targets do not count. Valid for batches whose scored targets are
+        all language tokens: it says nothing about a loss that scores padding.
+        """
+        scored = targets != IGNORE
+        n_first = int(scored[:, 0].sum())
+        n_rest = int(scored[:, 1:].sum())
+        return (n_first * self.bigram_entropy + n_rest * self.entropy_rate) / max(1, n_first + n_rest)
+
+    def baselines(self, seq_len: int) -> dict[str, float]:
+        """The reference lines every loss plot carries, by name."""
+        return {
+            "uniform ln(V)": self.uniform_loss,
+            "unigram H(pi)": self.unigram_entropy,
+            "entropy rate": self.loss_floor(seq_len),
+        }
+
+    # ----- sampling ---------------------------------------------------------------------------
+    def sample(self, n: int, length: int, seed: int | torch.Generator) -> torch.Tensor:
+        """``n`` sequences of ``length`` tokens, shape (n, length), dtype long. Deterministic in seed."""
+        g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+        S = self.n_symbols
+        out = torch.empty(n, length, dtype=torch.long)
+        pair = torch.multinomial(self.pair_stationary.float(), n, replacement=True, generator=g)
+        out[:, 0] = pair // S
+        if length > 1:
+            out[:, 1] = pair % S
+        cdf = self.transition.cumsum(-1)
+        for t in range(2, length):
+            ctx = out[:, t - 2] * S + out[:, t - 1]
+            u = torch.rand(n, generator=g, dtype=torch.float64)
+            nxt = torch.searchsorted(cdf[ctx], u.unsqueeze(-1)).squeeze(-1)
+            out[:, t] = nxt.clamp_max(S - 1)
+        return out
+
+
+# ----- batches ------------------------------------------------------------------------------------
+@dataclass
+class Batch:
+    """What one training step consumes.
+
+    ``inputs`` and ``targets`` are (B, T) long tensors; ``targets[b, t]`` is the token that should
+    follow ``inputs[b, :t+1]``, or ``IGNORE`` where nothing is scored. ``pad_id`` is the padding token.
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    pad_id: int
+
+    @property
+    def scored(self) -> torch.Tensor:
+        """Boolean (B, T): which targets the loss counts."""
+        return self.targets != IGNORE
+
+
+def next_token_batch(windows: torch.Tensor, pad_id: int) -> Batch:
+    """The reference collation: windows (B, T+1) become inputs ``w[:, :-1]`` and targets ``w[:, 1:]``.
+
+    A target is ignored where it is padding, so a padded window never scores the padding.
+    """
+    inputs = windows[:, :-1].clone()
+    targets = windows[:, 1:].clone()
+    targets[targets == pad_id] = IGNORE
+    return Batch(inputs, targets, pad_id)
+
+
+def pad_sequences(seqs: list[torch.Tensor], pad_id: int, eos_id: int | None = None) -> torch.Tensor:
+    """Right-pad 1-D token tensors to one (B, L) tensor, appending ``eos_id`` to each first if given."""
+    if eos_id is not None:
+        seqs = [torch.cat([s, torch.tensor([eos_id])]) for s in seqs]
+    L = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return out
+
+
+def variable_length_windows(lang: MarkovLanguage, n: int, max_len: int, min_len: int, seed: int) -> torch.Tensor:
+    """``n`` sequences with lengths drawn uniformly from [min_len, max_len], right-padded to max_len."""
+    g = torch.Generator().manual_seed(seed)
+    full = lang.sample(n, max_len, g)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
+    return pad_sequences([full[i, : lengths[i]] for i in range(n)], lang.PAD)
+
+
+def prompt_answer_batch(prompts: list[torch.Tensor], answers: list[torch.Tensor], pad_id: int, eos_id: int) -> Batch:
+    """Supervised fine-tuning collation: score the answer and its EOS, never the prompt or padding."""
+    seqs = [torch.cat([p, a]) for p, a in zip(prompts, answers)]
+    windows = pad_sequences(seqs, pad_id, eos_id)
+    batch = next_token_batch(windows, pad_id)
+    for i, p in enumerate(prompts):
+        batch.targets[i, : max(len(p) - 1, 0)] = IGNORE  # targets that are still prompt tokens
+    return batch
+
+
+def pydoc_text(max_chars: int | None = None) -> str:
+    """A small English text that ships with Python (the help topics of ``pydoc_data``), sorted by topic."""
+    from pydoc_data.topics import topics
+
+    text = "\n".join(topics[k] for k in sorted(topics))
+    return text if max_chars is None else text[:max_chars]

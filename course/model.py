@@ -1,0 +1,130 @@
+"""A tiny causal transformer with learned positions and a KV cache.
+
+Small enough to train on two CPU cores in seconds, and written out by hand (no
+``scaled_dot_product_attention``) so every intermediate a debugger wants to look at, the attention
+scores and weights included, is an ordinary tensor inside a named module.
+
+Two switches in ``ModelConfig`` exist only so the bug catalogue can break the model the way real
+code gets broken: ``use_positions=False`` drops the position embedding, and ``attention`` selects the
+mask (``"causal"`` is correct; ``"none"`` lets a position see the future; ``"self"`` lets it see only
+itself).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 18
+    n_ctx: int = 64
+    d_model: int = 32
+    n_head: int = 2
+    n_layer: int = 2
+    d_mlp: int = 96
+    dropout: float = 0.0
+    use_positions: bool = True
+    attention: str = "causal"  # "causal" | "none" | "self"
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        B, T, D = x.shape
+        H = self.cfg.n_head
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d)
+        if cache is not None:  # append this call's keys and values to those already seen
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        S = k.shape[2]  # keys seen so far; the queries are the last T of them
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)  # (B, H, T, S)
+        scores = scores.masked_fill(~self.mask(T, S, x.device), float("-inf"))
+        weights = self.drop(F.softmax(scores, dim=-1))
+        out = (weights @ v).transpose(1, 2).reshape(B, T, D)
+        return self.proj(out)
+
+    def mask(self, T: int, S: int, device) -> torch.Tensor:
+        """Boolean (T, S): may query i (absolute position S-T+i) attend to key j?"""
+        qpos = torch.arange(S - T, S, device=device).unsqueeze(1)
+        kpos = torch.arange(S, device=device).unsqueeze(0)
+        if self.cfg.attention == "causal":
+            return kpos <= qpos
+        if self.cfg.attention == "self":
+            return kpos == qpos
+        if self.cfg.attention == "none":
+            return torch.ones(T, S, dtype=torch.bool, device=device)
+        raise ValueError(f"unknown attention mask {self.cfg.attention!r}")
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = Attention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln1(x), cache))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class TinyGPT(nn.Module):
+    """Pre-LayerNorm decoder. ``forward(ids)`` returns logits (B, T, vocab_size).
+
+    Generation passes ``caches=model.new_cache()`` and ``start`` (the absolute position of
+    ``ids[:, 0]``); with a cache, ``forward`` sees only the new tokens and reuses stored keys and
+    values, and must return exactly what a full recompute would.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.n_ctx, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def new_cache(self) -> list[dict]:
+        return [{} for _ in self.blocks]
+
+    def forward(self, ids: torch.Tensor, caches: list[dict] | None = None, start: int = 0) -> torch.Tensor:
+        B, T = ids.shape
+        if start + T > self.cfg.n_ctx:
+            raise ValueError(f"positions {start}..{start + T - 1} exceed n_ctx={self.cfg.n_ctx}")
+        x = self.tok(ids)
+        if self.cfg.use_positions:
+            x = x + self.pos(torch.arange(start, start + T, device=ids.device))
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        return self.head(self.ln_f(x))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

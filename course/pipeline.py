@@ -1,0 +1,121 @@
+"""The reference pipeline: every choice a training run makes, as one replaceable part each.
+
+A ``Pipeline`` is plain data plus a few functions (collate the batch, compute the loss, build the
+optimizer, apply the update). The training loop in ``course.train`` only calls these parts, so a bug
+from ``course.bugs`` is a function ``Pipeline -> Pipeline`` that swaps one part for a broken one,
+and adding a bug never touches the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .data import Batch, MarkovLanguage, next_token_batch, variable_length_windows
+from .model import ModelConfig, TinyGPT
+
+
+def token_cross_entropy(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Mean cross-entropy over the scored targets (``IGNORE`` targets do not count)."""
+    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
+
+
+def adamw(params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def build_optimizer(model: nn.Module, pipe: "Pipeline") -> torch.optim.Optimizer:
+    """The reference: every parameter of the model that is being trained, by identity."""
+    return pipe.optimizer_factory(model.parameters(), pipe.lr, pipe.weight_decay)
+
+
+def prepare_model(model: nn.Module) -> nn.Module:
+    """The reference does nothing here; bugs use this hook to freeze parameters."""
+    return model
+
+
+def apply_update(optimizer: torch.optim.Optimizer) -> None:
+    optimizer.step()
+
+
+def warmup_then_linear(step: int, warmup: int, total: int) -> float:
+    """LR multiplier: linear warmup over ``warmup`` steps, then linear decay to 10% at ``total``."""
+    return min(1.0, (step + 1) / max(1, warmup)) * max(0.1, 1.0 - step / max(1, total))
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A complete, healthy next-token training recipe on a ``MarkovLanguage``.
+
+    Change a number with ``dataclasses.replace(pipe, lr=...)``; break a part with
+    ``course.bugs.inject(pipe, name)``.
+    """
+
+    n_symbols: int = 16
+    language_seed: int = 0
+    seq_len: int = 32
+    model: ModelConfig = ModelConfig(n_ctx=32, d_model=48, n_head=2, n_layer=2, d_mlp=144)
+    batch_size: int = 64
+    steps: int = 600
+    lr: float = 1e-2
+    warmup: int = 50
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    n_train: int = 20_000  # training windows, sampled once
+    n_val: int = 512  # held-out windows, from a different seed
+    min_len: int | None = None  # None: every window is full; else lengths in [min_len, seq_len + 1], padded
+    data_seed: int = 1
+    val_seed: int = 12345
+    # the replaceable parts
+    collate: Callable[[torch.Tensor, int], Batch] = next_token_batch
+    loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] = token_cross_entropy
+    optimizer_factory: Callable = adamw
+    make_optimizer: Callable[[nn.Module, "Pipeline"], torch.optim.Optimizer] = build_optimizer
+    prepare: Callable[[nn.Module], nn.Module] = prepare_model
+    update: Callable[[torch.optim.Optimizer], None] = apply_update
+    bugs: tuple[str, ...] = field(default=())  # names of the bugs injected, for the record
+
+    def replace(self, **changes) -> "Pipeline":
+        return dataclasses.replace(self, **changes)
+
+    def language(self) -> MarkovLanguage:
+        return _language(self.n_symbols, self.language_seed)
+
+    def windows(self, split: str) -> torch.Tensor:
+        """The fixed token windows (n, seq_len + 1) of ``"train"`` or ``"val"``."""
+        n, seed = (self.n_train, self.data_seed) if split == "train" else (self.n_val, self.val_seed)
+        return _windows(self.n_symbols, self.language_seed, n, self.seq_len + 1, seed, self.min_len)
+
+    def build_model(self, seed: int = 0) -> nn.Module:
+        """A freshly initialised model (vocabulary taken from the language), seeded."""
+        torch.manual_seed(seed)
+        cfg = dataclasses.replace(self.model, vocab_size=self.language().vocab_size)
+        return self.prepare(TinyGPT(cfg))
+
+
+# Sampling the data and solving for the stationary distribution are deterministic; cache them so
+# notebooks that build many variants of one pipeline pay once.
+_CACHE: dict = {}
+
+
+def _language(n_symbols: int, seed: int) -> MarkovLanguage:
+    key = ("lang", n_symbols, seed)
+    if key not in _CACHE:
+        _CACHE[key] = MarkovLanguage(n_symbols, seed)
+    return _CACHE[key]
+
+
+def _windows(n_symbols: int, lang_seed: int, n: int, length: int, seed: int, min_len: int | None) -> torch.Tensor:
+    key = ("win", n_symbols, lang_seed, n, length, seed, min_len)
+    if key not in _CACHE:
+        lang = _language(n_symbols, lang_seed)
+        if min_len is None:
+            _CACHE[key] = lang.sample(n, length, seed)
+        else:
+            _CACHE[key] = variable_length_windows(lang, n, length, min_len, seed)
+    return _CACHE[key].clone()

@@ -1,0 +1,186 @@
+"""The reference training loop, instrumented.
+
+Every step records what a debugger asks for first: the loss, the learning rate the optimizer
+actually used, the gradient norm before clipping, the parameter norm, the relative size of the update
+``||delta theta|| / ||theta||``, whether loss, gradients and parameters are finite, the number of
+scored tokens, and the wall time of each phase (data, forward+backward, optimizer).
+
+A run can be saved and resumed: the checkpoint holds the model, optimizer, scheduler, torch RNG and
+the data cursor (the step: the batch at step ``s`` is a pure function of the run's seed and ``s``),
+so a resumed run continues bit-for-bit as if it had never stopped.
+
+The loop only calls the parts of a ``Pipeline``; it knows nothing of any bug.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from .data import Batch
+from .pipeline import Pipeline, warmup_then_linear
+
+HISTORY_KEYS = (
+    "step", "loss", "lr", "grad_norm", "param_norm", "rel_update", "finite",
+    "tokens", "t_data", "t_fwd_bwd", "t_opt",
+)
+
+
+@dataclass
+class Run:
+    """A training run in progress: the live objects and what has been recorded so far."""
+
+    pipe: Pipeline
+    seed: int
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    step: int = 0  # the next step to run; also the data cursor
+    history: dict = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
+    val: dict = field(default_factory=lambda: {"step": [], "loss": []})
+    stopped: str | None = None  # why the run stopped early, if it did
+
+    @property
+    def final_val_loss(self) -> float:
+        return self.val["loss"][-1] if self.val["loss"] else float("nan")
+
+
+def start(pipe: Pipeline, seed: int = 0) -> Run:
+    """A fresh run: model initialised from ``seed``, optimizer and schedule built by the pipeline."""
+    model = pipe.build_model(seed)
+    optimizer = pipe.make_optimizer(model, pipe)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: warmup_then_linear(s, pipe.warmup, pipe.steps)
+    )
+    torch.manual_seed(seed)  # the RNG that dropout draws from during training
+    return Run(pipe, seed, model, optimizer, scheduler)
+
+
+def batch_at(pipe: Pipeline, seed: int, step: int) -> Batch:
+    """The training batch of step ``step``: epoch-wise shuffles of the training windows, seeded."""
+    windows = pipe.windows("train")
+    n, B = len(windows), pipe.batch_size
+    per_epoch = n // B
+    epoch, i = divmod(step, per_epoch)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+    return pipe.collate(windows[order[i * B:(i + 1) * B]], pipe.language().PAD)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, pipe: Pipeline, split: str = "val", batch_size: int = 256) -> float:
+    """Mean loss per scored target on a whole split, in eval mode, with the pipeline's own parts."""
+    was_training = model.training
+    model.eval()
+    windows = pipe.windows(split)
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch_size):
+        batch = pipe.collate(windows[i:i + batch_size], pipe.language().PAD)
+        n = int(batch.scored.sum())
+        total += pipe.loss_fn(model(batch.inputs), batch).item() * n
+        count += n
+    model.train(was_training)
+    return total / count if count else float("nan")
+
+
+def _flat(params) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def train_steps(run: Run, n: int, eval_every: int = 100, progress: bool = False, stop_on_nonfinite: bool = True) -> Run:
+    """Run ``n`` more steps of ``run`` in place, recording every step; returns ``run``."""
+    pipe, model, opt = run.pipe, run.model, run.optimizer
+    params = [p for p in model.parameters()]
+    model.train()
+    bar = tqdm(range(n), desc="training", file=sys.stderr, disable=not progress, mininterval=0.5)
+    for _ in bar:
+        s = run.step
+        t0 = time.perf_counter()
+        batch = batch_at(pipe, run.seed, s)
+        t1 = time.perf_counter()
+        logits = model(batch.inputs)
+        loss = pipe.loss_fn(logits, batch)
+        opt.zero_grad(set_to_none=True)
+        if loss.requires_grad:
+            loss.backward()
+        grads = [p.grad for p in params if p.grad is not None]
+        grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item() if grads else 0.0
+        if pipe.clip is not None and grads:
+            torch.nn.utils.clip_grad_norm_(params, pipe.clip)
+        t2 = time.perf_counter()
+        lr_used = opt.param_groups[0]["lr"]
+        before = _flat(params)
+        pipe.update(opt)
+        run.scheduler.step()
+        after = _flat(params)
+        t3 = time.perf_counter()
+        before_norm = torch.linalg.vector_norm(before).item()
+        finite = math.isfinite(loss.item()) and math.isfinite(grad_norm) and bool(torch.isfinite(after).all())
+        h = run.history
+        h["step"].append(s)
+        h["loss"].append(loss.item())
+        h["lr"].append(lr_used)
+        h["grad_norm"].append(grad_norm)
+        h["param_norm"].append(torch.linalg.vector_norm(after).item())
+        h["rel_update"].append(torch.linalg.vector_norm(after - before).item() / max(before_norm, 1e-12))
+        h["finite"].append(finite)
+        h["tokens"].append(int(batch.scored.sum()))
+        h["t_data"].append(t1 - t0)
+        h["t_fwd_bwd"].append(t2 - t1)
+        h["t_opt"].append(t3 - t2)
+        run.step += 1
+        if eval_every and (run.step % eval_every == 0):
+            run.val["step"].append(run.step)
+            run.val["loss"].append(evaluate(model, pipe))
+        if not finite and stop_on_nonfinite:
+            run.stopped = f"non-finite at step {s}"
+            break
+    bar.close()
+    return run
+
+
+def train(pipe: Pipeline, steps: int | None = None, seed: int = 0, eval_every: int = 100, progress: bool = False) -> Run:
+    """Train a fresh run of ``pipe`` for ``steps`` (default ``pipe.steps``) and evaluate at the end."""
+    run = start(pipe, seed)
+    steps = pipe.steps if steps is None else steps
+    train_steps(run, steps, eval_every=eval_every, progress=progress)
+    if not run.val["step"] or run.val["step"][-1] != run.step:
+        run.val["step"].append(run.step)
+        run.val["loss"].append(evaluate(run.model, pipe))
+    return run
+
+
+# ----- checkpoints --------------------------------------------------------------------------------
+def save_checkpoint(run: Run, path) -> None:
+    """Everything a bit-identical resume needs: weights, optimizer, scheduler, RNG and data cursor."""
+    torch.save(
+        {
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "step": run.step,
+            "seed": run.seed,
+            "history": run.history,
+            "val": run.val,
+        },
+        path,
+    )
+
+
+def resume(pipe: Pipeline, path) -> Run:
+    """Rebuild the run saved at ``path`` for ``pipe``; training continues from the saved step."""
+    ckpt = torch.load(path, weights_only=False)
+    run = start(pipe, ckpt["seed"])
+    run.model.load_state_dict(ckpt["model"])
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    run.scheduler.load_state_dict(ckpt["scheduler"])
+    torch.set_rng_state(ckpt["torch_rng"])
+    run.step = ckpt["step"]
+    run.history = ckpt["history"]
+    run.val = ckpt["val"]
+    return run
