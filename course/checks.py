@@ -86,17 +86,19 @@ class UpdateReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.not_in_optimizer or self.frozen or self.unchanged)
+        return self.cause() == "ok"
 
     def cause(self) -> str:
         """The most specific reason parameters did not move, or ``"ok"``; one name per cause.
 
-        ``"no-grad"`` means every unchanged tensor got no gradient at all although it is trainable and
-        in the optimizer: the forward pass never used it (an unused embedding, a dead branch).
+        ``"grads-vanish"``: the step ran with a learning rate, but the gradients it used had a total
+        norm under 1e-8 (clipped or scaled to nothing, or every target ignored). Adam divides by the
+        gradient's own scale, so such a step can still nudge parameters by a rounding error; the
+        gradient norm, not bit-for-bit change, is the evidence here.
+        ``"no-grad"``: every unchanged tensor got no gradient at all although it is trainable and in
+        the optimizer: the forward pass never used it (an unused embedding, a dead branch).
         """
-        if self.ok:
-            return "ok"
-        if self.frozen and len(self.frozen) == self.n_params:
+        if self.n_params and len(self.frozen) == self.n_params:
             return "requires-grad-off"
         if self.not_in_optimizer:
             return "not-in-optimizer"
@@ -106,9 +108,10 @@ class UpdateReport:
             return "no-step"
         if self.grad_norm < 1e-8:
             return "grads-vanish"
-        if set(self.unchanged) <= set(self.no_grad):
-            return "no-grad"
-        return "unchanged"
+        stuck = set(self.unchanged) - set(self.frozen)  # frozen on purpose is not a failure to update
+        if stuck:
+            return "no-grad" if stuck <= set(self.no_grad) else "unchanged"
+        return "ok"
 
 
 def update_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step) -> UpdateReport:

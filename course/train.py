@@ -66,6 +66,8 @@ def batch_at(pipe: Pipeline, seed: int, step: int) -> Batch:
     windows = pipe.windows("train")
     n, B = len(windows), pipe.batch_size
     per_epoch = n // B
+    if per_epoch == 0:
+        raise ValueError(f"batch_size {B} is larger than the {n} training windows")
     epoch, i = divmod(step, per_epoch)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
     return pipe.collate(windows[order[i * B:(i + 1) * B]], pipe.language().PAD)

@@ -1,0 +1,94 @@
+"""Specifications of ``course.baselines``: ln(V) and the entropy of the targets a loss actually scores."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course import IGNORE
+from course.baselines import loss_at_init, uniform_loss, unigram_entropy
+from course.model import ModelConfig, TinyGPT
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run fastest on one intra-op thread; with two threads on a busy 2-core machine OpenMP
+    spin-waiting made 30 steps take seconds instead of a tenth of one. Restored after the module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _counter_entropy(values: list[int]) -> float:
+    """Entropy of the empirical distribution by counting in plain Python."""
+    n = len(values)
+    return -sum(c / n * math.log(c / n) for c in Counter(values).values())
+
+
+def _targets(seed: int = 0, shape=(6, 9), vocab: int = 7, ignored: float = 0.3) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, vocab, shape, generator=g)
+    t[torch.rand(shape, generator=g) < ignored] = IGNORE
+    return t
+
+
+@pytest.mark.parametrize("V", [2, 18, 1000])
+def test_uniform_loss_is_the_cross_entropy_of_a_uniform_guess(V):
+    targets = torch.arange(20) % V
+    by_loss = F.cross_entropy(torch.zeros(20, V), targets).item()  # equal logits = uniform probabilities
+    assert uniform_loss(V) == pytest.approx(by_loss, rel=1e-6), f"uniform_loss({V}) = {uniform_loss(V)}, cross-entropy of a uniform guess {by_loss}"
+    assert uniform_loss(V) == pytest.approx(math.log(V), rel=1e-15)
+
+
+def test_unigram_entropy_is_the_entropy_of_the_scored_targets():
+    t = _targets()
+    expected = _counter_entropy([v for v in t.flatten().tolist() if v != IGNORE])
+    assert unigram_entropy(t) == pytest.approx(expected, abs=1e-12), "unigram_entropy differs from counting the scored targets"
+    # negative control: the same comparison rejects an entropy that counts IGNORE as a class
+    assert unigram_entropy(t) != pytest.approx(_counter_entropy(t.flatten().tolist()), abs=1e-12)
+    # ignore_index is honoured: with a different sentinel, IGNORE-free targets give the same entropy
+    sentinel = torch.where(t == IGNORE, torch.full_like(t, 99), t)
+    assert unigram_entropy(sentinel, ignore_index=99) == unigram_entropy(t)
+
+
+def test_ignored_entries_do_not_change_the_unigram_entropy_at_all():
+    t = _targets()
+    padded = torch.cat([t, torch.full((3, t.shape[1]), IGNORE)])
+    assert unigram_entropy(padded) == unigram_entropy(t), "adding IGNORE rows changed unigram_entropy"
+    # negative control: adding real tokens does change it
+    assert unigram_entropy(torch.cat([t, torch.zeros(3, t.shape[1], dtype=torch.long)])) != unigram_entropy(t)
+
+
+def test_unigram_entropy_is_nan_when_nothing_is_scored():
+    assert math.isnan(unigram_entropy(torch.full((4, 5), IGNORE))), "all-ignored targets must give NaN, not 0"
+    assert math.isnan(unigram_entropy(torch.empty(0, dtype=torch.long)))
+    assert unigram_entropy(torch.tensor([3, 3, 3])) == 0.0, "a single scored class has entropy exactly 0"
+
+
+def test_unigram_entropy_is_invariant_under_relabelling_tokens():
+    t = _targets(vocab=7)
+    perm = torch.randperm(7, generator=torch.Generator().manual_seed(1)) + 100  # also moves the ids far away
+    relabelled = torch.where(t == IGNORE, t, perm[t.clamp_min(0)])
+    assert unigram_entropy(relabelled) == pytest.approx(unigram_entropy(t), abs=1e-12), "relabelling the tokens changed the entropy"
+    # negative control: merging two labels (not a permutation) lowers it
+    merged = torch.where(t == 1, torch.zeros_like(t), t)
+    assert unigram_entropy(merged) < unigram_entropy(t) - 1e-6
+
+
+def test_loss_at_init_is_the_eval_mode_cross_entropy_and_restores_the_mode():
+    torch.manual_seed(0)
+    model = TinyGPT(ModelConfig(vocab_size=7, n_ctx=9, d_model=16, n_head=2, n_layer=1, d_mlp=32, dropout=0.5))
+    g = torch.Generator().manual_seed(0)
+    inputs, targets = torch.randint(0, 7, (6, 9), generator=g), _targets()
+    model.train()
+    got = loss_at_init(model, inputs, targets)
+    assert model.training, "loss_at_init left the model in eval mode"
+    model.eval()
+    with torch.no_grad():
+        expected = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=IGNORE).item()
+    assert got == pytest.approx(expected, rel=1e-6), f"loss_at_init = {got}, eval-mode cross-entropy {expected}"
