@@ -1,0 +1,271 @@
+"""End-to-end grading with nbgrader's own commands, in a throw-away course root per assignment.
+
+For each assignment in solutions/ (``COURSE_ROOT`` may point at another course root), one
+module-scoped run: ``generate_assignment`` (fills a fresh SQLite gradebook), submissions under
+submitted/<student>/<a>/, ``db student add``, ONE ``autograde`` of all students, then
+``generate_feedback`` and ``export``. The tests read what nbgrader recorded:
+
+- the solution as submitted earns full marks on every autograder-test cell;
+- the untouched release earns 0 on every graded cell, and its only errors are
+  NotImplementedError (the placeholders), never a crash elsewhere;
+- each targeted case of tests/autograde_cases.py loses exactly the cells it expects;
+- no feedback page shows hidden-test text (checked against a control page made without
+  ClearHiddenTests, which must show it), and the CSV export has every submission.
+"""
+import csv
+import html.parser
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autograde_cases import CASES as REAL_CASES
+from autograder import grading, toy_course
+
+ASSIGNMENTS = grading.assignments()
+CASES = REAL_CASES + [c for c in toy_course.CASES if c.assignment in ASSIGNMENTS]
+SOLUTION, RELEASE = "solution", "release_untouched"
+
+
+@dataclass
+class Graded:
+    """What one autograde run of an assignment left behind."""
+    root: Path
+    assignment: str
+    source: dict            # the source (solution) notebook, as JSON
+    kinds: dict             # grade_id -> "auto" | "manual"
+    students: list
+    log: str                # autograde + feedback output, for failure messages
+    unusable: dict          # id(case) -> why that case could not be submitted
+
+    def scores(self, student):
+        return grading.scores(self.root, self.assignment, student)
+
+    def autograded(self, student):
+        path = self.root / "autograded" / student / self.assignment / f"{self.assignment}.ipynb"
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def feedback(self, student, folder="feedback"):
+        path = self.root / folder / student / self.assignment / f"{self.assignment}.html"
+        return path.read_text(encoding="utf-8")
+
+    def why(self, student, grade_id):
+        """What the autograded cell ``grade_id`` showed that costs points: errors and stderr."""
+        path = self.root / "autograded" / student / self.assignment / f"{self.assignment}.ipynb"
+        if not path.exists():
+            return [f"autograde failed for this submission{self.context(student)}"]
+        for cell in self.autograded(student)["cells"]:
+            if grading.nbgrader_meta(cell).get("grade_id") == grade_id:
+                return [f"{o['ename']}: {o['evalue'][:200]}" if o["output_type"] == "error"
+                        else f"stderr: {''.join(o['text'])[:200]}" for o in cell.get("outputs", [])
+                        if o["output_type"] == "error" or o.get("name") == "stderr"]
+        return ["cell missing from the autograded notebook"]
+
+    def auto_ids(self):
+        return {gid for gid, kind in self.kinds.items() if kind == "auto"}
+
+    def context(self, student=None):
+        """The part of the nbgrader log about ``student`` (default: its end), for failure messages."""
+        text = self.log
+        if student is not None:
+            start = text.find(f"/submitted/{student}/")
+            end = text.find("Sanitizing", start + 1)
+            text = text[start:end] if start >= 0 else text
+        return f"\n--- nbgrader log (last 3000 chars) ---\n{text[-3000:]}"
+
+
+def apply_edits(nb: dict, edits: dict) -> dict:
+    """A copy of notebook ``nb`` with cell sources replaced (or cells deleted, for None) by grade_id.
+    Raises KeyError naming any grade_id of ``edits`` that the notebook lacks."""
+    nb = json.loads(json.dumps(nb))
+    found = {grading.nbgrader_meta(c).get("grade_id") for c in nb["cells"]}
+    missing = set(edits) - found
+    if missing:
+        raise KeyError(f"no cell with grade_id {sorted(missing)}")
+    cells = []
+    for cell in nb["cells"]:
+        gid = grading.nbgrader_meta(cell).get("grade_id")
+        if gid in edits:
+            if edits[gid] is None:
+                continue
+            cell["source"] = edits[gid]
+        cells.append(cell)
+    nb["cells"] = cells
+    return nb
+
+
+def grade(tmp: Path, assignment: str) -> Graded:
+    """Run the whole nbgrader pipeline for ``assignment`` in course root ``tmp``."""
+    root = grading.make_course_copy(tmp, [assignment])
+    grading.nbgrader(root, "generate_assignment", assignment, "--force")
+    source = json.loads(grading.source_path(assignment).read_text(encoding="utf-8"))
+    submissions = {SOLUTION: source}
+    release = grading.release_path(assignment)
+    if release.exists():
+        submissions[RELEASE] = json.loads(release.read_text(encoding="utf-8"))
+    unusable = {}
+    for case in CASES:
+        if case.assignment == assignment:
+            try:
+                if case.student in submissions:
+                    raise ValueError(f"student name {case.student!r} is taken")
+                submissions[case.student] = apply_edits(source, case.edits)
+            except (KeyError, ValueError) as err:
+                unusable[id(case)] = str(err)
+    for student, nb in submissions.items():
+        folder = root / "submitted" / student / assignment
+        folder.mkdir(parents=True)
+        (folder / f"{assignment}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+        grading.nbgrader(root, "db", "student", "add", student)
+    log = grading.nbgrader(root, "autograde", assignment, "--force", check=False).stdout
+    log += grading.nbgrader(root, "generate_feedback", assignment, "--force", check=False).stdout
+    return Graded(root, assignment, source, grading.graded_cells(source), list(submissions), log,
+                  unusable)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """graded(assignment) -> Graded; the first call per assignment runs nbgrader, later ones reuse it."""
+    runs = {}
+
+    def get(assignment):
+        if assignment not in runs:
+            runs[assignment] = grade(tmp_path_factory.mktemp(f"course-{assignment}"), assignment)
+        return runs[assignment]
+    return get
+
+
+def _text(page: str) -> str:
+    """The visible text of an HTML page (tags, styles and scripts dropped, entities decoded)."""
+    class Text(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.parts, self.skip = [], 0
+
+        def handle_starttag(self, tag, attrs):
+            self.skip += tag in ("style", "script")
+
+        def handle_endtag(self, tag):
+            self.skip -= tag in ("style", "script")
+
+        def handle_data(self, data):
+            if not self.skip:
+                self.parts.append(data)
+    parser = Text()
+    parser.feed(page)
+    return "".join(parser.parts)
+
+
+def _lines(page: str) -> set:
+    """The stripped lines of an HTML page's visible text."""
+    return {ln.strip() for ln in _text(page).splitlines()}
+
+
+def test_nbgrader_config_values():
+    """The settings nbgrader must run with, read back through nbgrader's own classes."""
+    from traitlets.config.loader import PyFileConfigLoader
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.preprocessors import Execute, OverwriteCells
+
+    config = PyFileConfigLoader(grading.CONFIG_FILE, path=str(grading.REPO)).load_config()
+    course = CourseDirectory(config=config)
+    assert (course.course_id, course.source_directory, course.release_directory) == \
+        ("debug-course", "solutions", "notebooks")
+    assert Path(course.root) == grading.REPO
+    assert "*.py" in course.ignore
+    execute = Execute(config=config)
+    assert execute.kernel_name == grading.KERNEL_NAME
+    assert execute.timeout == 120
+    assert OverwriteCells(config=config).add_missing_cells is True
+    assert "nbgrader.preprocessors.ClearHiddenTests" in config.GenerateFeedback.preprocessors
+
+
+def test_course_kernel_runs_this_venv():
+    """The course kernel (registered by `make venv`) runs this environment's Python, so notebooks,
+    nbval and nbgrader see the packages the tests see."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(grading.KERNEL_NAME)
+    assert Path(spec.argv[0]).parent.resolve() == Path(sys.executable).parent.resolve(), spec.argv
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_earns_full_marks(graded, assignment):
+    run = graded(assignment)
+    scores = run.scores(SOLUTION)
+    auto = run.auto_ids()
+    assert auto <= set(scores), f"no score for {sorted(auto - set(scores))}{run.context(SOLUTION)}"
+    short = {gid: (scores[gid], run.why(SOLUTION, gid)) for gid in sorted(auto)
+             if scores[gid][0] != scores[gid][1] or scores[gid][2]}
+    assert not short, f"solution lost points ((score, max, needs manual grade), outputs): " \
+                      f"{short}\n(a test cell scores 0 on any error or stderr output)"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_untouched_release_earns_zero_and_fails_only_on_placeholders(graded, assignment):
+    run = graded(assignment)
+    assert RELEASE in run.students, f"notebooks/{assignment}/{assignment}.ipynb missing: make release"
+    scores = run.scores(RELEASE)
+    assert set(run.kinds) <= set(scores), f"no score for {sorted(set(run.kinds) - set(scores))}"
+    earned = {gid: s for gid, s in scores.items() if s[0] != 0}
+    assert not earned, f"the untouched release earned points: {earned}{run.context(RELEASE)}"
+    errors = [(i, grading.nbgrader_meta(cell).get("grade_id"), out["ename"], out["evalue"])
+              for i, cell in enumerate(run.autograded(RELEASE)["cells"])
+              for out in cell.get("outputs", []) if out["output_type"] == "error"]
+    other = [e for e in errors if e[2] != "NotImplementedError"]
+    assert not other, f"errors other than NotImplementedError (cell, grade_id, ename, evalue): {other}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.assignment}-{c.student}" for c in CASES])
+def test_case_loses_exactly_the_expected_cells(graded, case):
+    if case.assignment not in ASSIGNMENTS:
+        pytest.skip(f"assignment {case.assignment} is not in solutions/ yet")
+    run = graded(case.assignment)
+    assert id(case) not in run.unusable, f"case not submitted: {run.unusable.get(id(case))}"
+    auto = run.auto_ids()
+    assert case.expect_lost <= auto, f"expect_lost names no autograder-test cell: " \
+                                     f"{sorted(case.expect_lost - auto)}"
+    scores = run.scores(case.student)
+    assert auto <= set(scores), f"no score for {sorted(auto - set(scores))}" \
+                                f"{run.context(case.student)}"
+    wrong = {gid: f"scored {scores[gid][0]:g}/{scores[gid][1]:g}, expected "
+                  f"{0 if gid in case.expect_lost else scores[gid][1]:g}; "
+                  f"outputs {run.why(case.student, gid)}"
+             for gid in sorted(auto) if (scores[gid][0] == 0) != (gid in case.expect_lost)
+             or 0 < scores[gid][0] < scores[gid][1]}
+    assert not wrong, f"test cells not scored as the case expects: {wrong}" \
+                      f"{run.context(case.student)}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_shows_no_hidden_tests(graded, assignment):
+    run = graded(assignment)
+    secret = grading.secret_lines(run.source, grading.HIDDEN)
+    if not secret:
+        pytest.skip(f"{assignment} has no hidden tests")
+    for student in run.students:
+        leaked = sorted(secret & _lines(run.feedback(student)))
+        assert not leaked, f"feedback of {student} shows hidden-test lines: {leaked[:5]}"
+    # control: the same feedback without ClearHiddenTests does show them, so the check can see
+    grading.nbgrader(run.root, "generate_feedback", assignment, "--force", f"--student={SOLUTION}",
+                     "--CourseDirectory.feedback_directory=feedback_control",
+                     "--GenerateFeedback.preprocessors=nbgrader.preprocessors.GetGrades",
+                     "--GenerateFeedback.preprocessors=nbconvert.preprocessors.CSSHTMLHeaderPreprocessor")
+    missing = secret - _lines(run.feedback(SOLUTION, "feedback_control"))
+    assert not missing, f"control feedback lacks hidden-test lines: {sorted(missing)[:5]}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_export_has_every_submission(graded, assignment):
+    run = graded(assignment)
+    grading.nbgrader(run.root, "export", f"--to={run.root / 'grades.csv'}")
+    with open(run.root / "grades.csv", newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f) if r["assignment"] == assignment}
+    assert set(run.students) <= set(rows), f"missing rows: {sorted(set(run.students) - set(rows))}"
+    full = sum(max_score for gid, (_, max_score, _) in run.scores(SOLUTION).items()
+               if run.kinds.get(gid) == "auto")
+    assert float(rows[SOLUTION]["score"]) == pytest.approx(full)
+    if RELEASE in rows:
+        assert float(rows[RELEASE]["score"]) == 0
