@@ -79,6 +79,7 @@ export: venv
 	$(NBGRADER) export --to grades.csv
 
 bench: venv
+	$(BIN)/python benchmarks/train.py
 	$(BIN)/python -m autograder.bench
 
 clean:

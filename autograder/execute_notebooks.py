@@ -56,6 +56,9 @@ def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     output's text/plain stays), and merge consecutive stdout chunks (split where the kernel
     happened to flush)."""
     nb.metadata.pop("widgets", None)
+    # The kernel records its exact Python version here; a patch release elsewhere would change the
+    # saved notebook and so the committed release. Jupyter fills it in again when a notebook runs.
+    nb.metadata.pop("language_info", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type != "code":

@@ -108,10 +108,12 @@ assert_detector(loss_is_stuck, healthy={"reference": healthy.history["loss"]},
                 broken={"colleague": colleague.history["loss"]}, what="stuck-loss detector")
 assert loss_is_stuck([3.0] * 40) and not loss_is_stuck([3.0] * 20 + [2.0] * 20), "check the direction of the drop"
 ### BEGIN HIDDEN TESTS
-_fresh = {
-    name: train(pipe if name == "healthy" else inject(pipe, name), steps=60, seed=7, eval_every=0).history["loss"]
-    for name in ("healthy", "missing-step", "requires-grad-off", "clip-to-zero")
-}
+from course.grading import quiet
+with quiet():
+    _fresh = {
+        name: train(pipe if name == "healthy" else inject(pipe, name), steps=60, seed=7, eval_every=0).history["loss"]
+        for name in ("healthy", "missing-step", "requires-grad-off", "clip-to-zero")
+    }
 assert_detector(lambda l: loss_is_stuck(l, window=10), healthy={"healthy seed 7": _fresh["healthy"]},
                 broken={k: v for k, v in _fresh.items() if k != "healthy"}, what="stuck-loss detector")
 assert loss_is_stuck([2.0] * 10 + [1.99] * 10, window=10, min_drop=0.05)
