@@ -5,9 +5,14 @@
    hooks only below its own folder, so ``make test-notebooks`` loads this file as a plugin
    (``-p tests.conftest``) to reach solutions/.
 2. The repository root goes on sys.path so tests can import the ``autograder`` scripts package.
+3. Tests of ``course`` run torch on one intra-op thread: tiny models run fastest that way, and with
+   two threads on a busy 2-core machine OpenMP spin-waiting made 30 steps take seconds instead of a
+   tenth of one. The previous setting is restored after each test module.
 """
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 if ROOT not in sys.path:
@@ -18,3 +23,16 @@ def pytest_collectstart(collector):
     """Add 'stderr' to what nbval skips when comparing a notebook's outputs."""
     if collector.fspath and collector.fspath.ext == ".ipynb":
         collector.skip_compare += ("stderr",)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    try:
+        import torch
+    except ImportError:  # the notebook checks run without importing torch here
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

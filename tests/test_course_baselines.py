@@ -14,16 +14,6 @@ from course.baselines import loss_at_init, uniform_loss, unigram_entropy
 from course.model import ModelConfig, TinyGPT
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread; with two threads on a busy 2-core machine OpenMP
-    spin-waiting made 30 steps take seconds instead of a tenth of one. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _counter_entropy(values: list[int]) -> float:
     """Entropy of the empirical distribution by counting in plain Python."""
     n = len(values)

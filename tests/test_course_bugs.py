@@ -30,16 +30,6 @@ SMALL = Pipeline().replace(
 NAMES = [b.name for b in catalogue()]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread; with two threads on a busy 2-core machine OpenMP
-    spin-waiting made 30 steps take seconds instead of a tenth of one. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _quiet(fn, *args, **kwargs):
     """Call ``fn`` with warnings silenced (broken pipelines make torch's scheduler warn, rightly)."""
     with warnings.catch_warnings():

@@ -37,16 +37,6 @@ LANG = SMALL.language()
 V, PAD, EOS = LANG.vocab_size, LANG.PAD, LANG.EOS
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread; with two threads on a busy 2-core machine OpenMP
-    spin-waiting made 30 steps take seconds instead of a tenth of one. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----- check_batch ------------------------------------------------------------------------------------
 def _healthy(padded: bool) -> Batch:
     pipe = SMALL.replace(min_len=8) if padded else SMALL

@@ -28,16 +28,6 @@ LANG = MarkovLanguage()  # the default language every pipeline uses
 S = LANG.n_symbols
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread; with two threads on a busy 2-core machine OpenMP
-    spin-waiting made 30 steps take seconds instead of a tenth of one. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----- helpers: independent computations --------------------------------------------------------
 def _h(p: torch.Tensor) -> float:
     """Entropy in nats of a (flattened) distribution, by a plain Python sum (not ``course.data.entropy``)."""

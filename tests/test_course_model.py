@@ -18,16 +18,6 @@ from course.model import ModelConfig, TinyGPT
 CFG = ModelConfig(vocab_size=18, n_ctx=16, d_model=16, n_head=2, n_layer=2, d_mlp=32)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread; with two threads on a busy 2-core machine OpenMP
-    spin-waiting made 30 steps take seconds instead of a tenth of one. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _lively(cfg: ModelConfig = CFG, seed: int = 0) -> TinyGPT:
     """A model in eval mode whose every parameter is N(0, 0.5), seeded."""
     torch.manual_seed(seed)

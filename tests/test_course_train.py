@@ -40,16 +40,6 @@ SMALL = Pipeline().replace(
 TIMINGS = ("t_data", "t_fwd_bwd", "t_opt")  # wall times: never compared
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one intra-op thread; with two threads on a busy 2-core machine OpenMP
-    spin-waiting made 30 steps take seconds instead of a tenth of one. Restored after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _params_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     sa, sb = a.state_dict(), b.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
