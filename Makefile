@@ -42,8 +42,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_DISPLAY)"
 	touch $@
 
+# The file browser is rooted at notebooks/ (given a file, jupyter would root it at that file's
+# folder and hide the other notebooks).
 lab: venv
-	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/00_start_here/00_start_here.ipynb
+	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)/notebooks" \
+	  "$(CURDIR)/notebooks/00_start_here/00_start_here.ipynb"
 
 test: test-unit test-notebooks
 
