@@ -18,15 +18,7 @@ from course.bugs import FAMILIES, bug, catalogue, get, inject
 from course.checks import BatchContractError, check_batch, update_report
 from course.train import evaluate, start, train, train_steps
 
-SMALL = Pipeline().replace(
-    seq_len=16,
-    model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
-    n_train=256,
-    n_val=64,
-    batch_size=16,
-    steps=30,
-    warmup=5,
-)
+from small_pipeline import SMALL
 NAMES = [b.name for b in catalogue()]
 
 

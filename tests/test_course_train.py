@@ -28,15 +28,7 @@ from course.train import (
     train_steps,
 )
 
-SMALL = Pipeline().replace(
-    seq_len=16,
-    model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
-    n_train=256,
-    n_val=64,
-    batch_size=16,
-    steps=30,
-    warmup=5,
-)
+from small_pipeline import SMALL
 TIMINGS = ("t_data", "t_fwd_bwd", "t_opt")  # wall times: never compared
 
 
