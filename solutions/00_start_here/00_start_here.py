@@ -14,7 +14,7 @@
 # wrong (and run it on a healthy pipeline too, as a *negative control*), then *fix* at the right depth
 # and re-run to see the symptom gone.
 #
-# **Time.** About 20 seconds of computation on a laptop CPU. **GPU:** not needed anywhere.
+# **Time.** About 30 seconds of computation on a laptop CPU. **GPU:** not needed anywhere.
 #
 # **How grading works.** Cells marked `# YOUR CODE HERE` are yours. The cell after each one holds
 # tests: the visible ones run when you run the cell; the autograder adds hidden ones that try your
