@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from contextlib import contextmanager
-from typing import Callable, Iterable
+from typing import Callable
 
 
 @contextmanager
@@ -66,7 +66,3 @@ def assert_names(name: Callable[[object], str], cases: dict[str, tuple[object, s
             wrong.append(f"{label}: expected {expected!r}, got {got!r}")
     assert len({e for _, e in cases.values()}) > 1, "grade a namer on cases with different answers"
     assert not wrong, f"your {what} named some cases wrongly: " + "; ".join(wrong)
-
-
-def distinct(values: Iterable[str]) -> int:
-    return len(set(values))

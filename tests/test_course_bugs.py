@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from course import ModelConfig, Pipeline
+from course import Pipeline
 from course.bugs import FAMILIES, bug, catalogue, get, inject
 from course.checks import BatchContractError, check_batch, update_report
 from course.train import evaluate, start, train, train_steps

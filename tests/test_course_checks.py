@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from course import IGNORE, ModelConfig, Pipeline
+from course import IGNORE, Pipeline
 from course.bugs import inject
 from course.checks import (
     BatchContractError,

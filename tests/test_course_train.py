@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course import IGNORE, ModelConfig, Pipeline
+from course import IGNORE, Pipeline
 from course.bugs import inject
 from course.pipeline import warmup_then_linear
 from course.train import (
