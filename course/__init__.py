@@ -13,4 +13,7 @@ from .data import IGNORE, Batch, MarkovLanguage
 from .model import ModelConfig, TinyGPT
 from .pipeline import Pipeline
 
+# Importing these registers the later notebooks' bugs in course.bugs' catalogue.
+from . import bugs_fitting, bugs_nonfinite, bugs_spike, bugs_validation  # noqa: E402,F401
+
 __all__ = ["IGNORE", "Batch", "MarkovLanguage", "ModelConfig", "TinyGPT", "Pipeline"]

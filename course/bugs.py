@@ -13,6 +13,18 @@ Families:
 * ``too-good``: the loss falls below the entropy rate, which no honest model can do.
 * ``bad-loss``: the loss is NaN, or measures the wrong thing.
 * ``batch``: the batch itself breaks its contract; a check on one batch catches it before any step.
+* ``non-finite``: a loss, activation or gradient becomes inf or NaN (notebook 02,
+  ``course.bugs_nonfinite``).
+* ``wrong-gradient``: parameters move, but by the wrong gradient: accumulated, mis-shaped, or
+  supervising the wrong tokens (notebook 03, ``course.bugs_fitting``).
+* ``late-spike``: a run that is healthy until a batch meets a parameter state it cannot take
+  (notebook 04, ``course.bugs_spike``).
+* ``val-gap``: training improves while validation worsens, or the two are not measured alike
+  (notebook 05, ``course.bugs_validation``).
+* ``leakage``: validation shares data with training, so it looks better than it is (notebook 05).
+
+The families of the later notebooks are registered by their own modules, which ``course`` imports, so
+``catalogue()`` always lists every bug.
 
 To add a bug, write a function of a pipeline and decorate it with ``@bug(family, symptom)``; the
 training loop does not change.
@@ -44,7 +56,8 @@ class Bug:
 
 
 _REGISTRY: dict[str, Bug] = {}
-FAMILIES = ("no-updates", "context-unused", "too-good", "bad-loss", "batch")
+FAMILIES = ("no-updates", "context-unused", "too-good", "bad-loss", "batch",
+            "non-finite", "wrong-gradient", "late-spike", "val-gap", "leakage")
 
 
 def bug(family: str, symptom: str):

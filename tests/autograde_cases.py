@@ -12,6 +12,9 @@ whose own cases are in ``autograder/toy_course.py``):
          edits={"square": "def square(x):\\n    return 2 * x"},
          expect_lost={"test_square"}),
 """
+import importlib
+from pathlib import Path
+
 from autograder.grading import Case
 
 # Each replacement keeps the solution's function name and signature, so it is exactly one wrong answer.
@@ -96,3 +99,8 @@ CASES: list[Case] = [
     Case("01_baselines", "diagnose_updates_first", {"diagnose": _DIAGNOSE_UPDATES_FIRST},
          {"test_diagnose_context"}),
 ]
+
+# Each later notebook keeps its cases in tests/autograde_cases_<NN>.py (a list named CASES), so the
+# notebooks' authors do not edit one shared file.
+for _module in sorted(Path(__file__).parent.glob("autograde_cases_*.py")):
+    CASES += importlib.import_module(_module.stem).CASES
