@@ -7,7 +7,12 @@ scores and weights included, is an ordinary tensor inside a named module.
 Two switches in ``ModelConfig`` exist only so the bug catalogue can break the model the way real
 code gets broken: ``use_positions=False`` drops the position embedding, and ``attention`` selects the
 mask (``"causal"`` is correct; ``"none"`` lets a position see the future; ``"self"`` lets it see only
-itself).
+itself; ``"strict"`` hides a position from itself, so the first one sees nothing). ``score_scale``
+replaces the ``1/sqrt(head dim)`` of the scores (notebook 02 uses both to make NaNs).
+
+Each ``Attention`` passes its raw scores (before the mask) and its softmax weights through two
+``nn.Identity`` modules, ``score_probe`` and ``softmax_probe``: no parameters, no effect, but a forward
+hook on them sees those tensors (``course.nonfinite``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,29 @@ class ModelConfig:
     d_mlp: int = 96
     dropout: float = 0.0
     use_positions: bool = True
-    attention: str = "causal"  # "causal" | "none" | "self"
+    attention: str = "causal"  # "causal" | "none" | "self" | "strict" (a key may not see itself: row 0 sees nothing)
+    score_scale: float | None = None  # None: the reference 1/sqrt(head dim); a number replaces it (bugs only)
+    functional_dropout: bool = False  # True: F.dropout(x, p) with its default training=True, blind to .eval()
+
+
+class FunctionalDropout(nn.Module):
+    """Dropout written as ``F.dropout(x, p)``: ``training`` defaults to True, so ``.eval()`` never reaches it.
+
+    Exists only so the bug catalogue can reproduce that mistake (``ModelConfig.functional_dropout``).
+    In training mode it draws exactly what ``nn.Dropout`` draws, so a run trains bit-identically.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, self.p)
+
+
+def make_dropout(cfg: ModelConfig) -> nn.Module:
+    """``nn.Dropout(cfg.dropout)``, or the eval-blind ``FunctionalDropout`` when ``cfg.functional_dropout``."""
+    return FunctionalDropout(cfg.dropout) if cfg.functional_dropout else nn.Dropout(cfg.dropout)
 
 
 class Attention(nn.Module):
@@ -39,7 +66,11 @@ class Attention(nn.Module):
         self.cfg = cfg
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = make_dropout(cfg)
+        # Hook points: identity modules, so a forward hook (course.nonfinite) sees the raw scores
+        # (before the mask) and the attention weights; they hold no parameters and change nothing.
+        self.score_probe = nn.Identity()
+        self.softmax_probe = nn.Identity()
 
     def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
         B, T, D = x.shape
@@ -52,9 +83,13 @@ class Attention(nn.Module):
                 v = torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
         S = k.shape[2]  # keys seen so far; the queries are the last T of them
-        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)  # (B, H, T, S)
+        if self.cfg.score_scale is None:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)  # (B, H, T, S)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * self.cfg.score_scale
+        scores = self.score_probe(scores)
         scores = scores.masked_fill(~self.mask(T, S, x.device), float("-inf"))
-        weights = self.drop(F.softmax(scores, dim=-1))
+        weights = self.drop(self.softmax_probe(F.softmax(scores, dim=-1)))
         out = (weights @ v).transpose(1, 2).reshape(B, T, D)
         return self.proj(out)
 
@@ -66,6 +101,8 @@ class Attention(nn.Module):
             return kpos <= qpos
         if self.cfg.attention == "self":
             return kpos == qpos
+        if self.cfg.attention == "strict":
+            return kpos < qpos
         if self.cfg.attention == "none":
             return torch.ones(T, S, dtype=torch.bool, device=device)
         raise ValueError(f"unknown attention mask {self.cfg.attention!r}")
@@ -78,7 +115,7 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_mlp), nn.GELU(), nn.Linear(cfg.d_mlp, cfg.d_model))
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = make_dropout(cfg)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
         x = x + self.drop(self.attn(self.ln1(x), cache))
@@ -98,7 +135,7 @@ class TinyGPT(nn.Module):
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.n_ctx, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = make_dropout(cfg)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size)

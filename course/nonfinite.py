@@ -1,0 +1,408 @@
+"""Find the first tensor of a training step that is not finite, in the order the step makes them.
+
+A NaN loss is the last place a NaN shows up, not the first: one inf in an embedding turns every
+later tensor into NaN. ``Locator`` records the tensors of one step in the order they are computed:
+
+1. ``input``: the tensors passed to the model (floats must be finite; integer ids must lie in
+   ``[0, num_embeddings)`` of the model's first ``nn.Embedding``: the integer form of "not finite");
+2. every module's output, in execution order (forward hooks), labelled by stage: ``embeddings``
+   (``nn.Embedding``), ``scores`` and ``softmax`` (modules whose name ends in ``score_probe`` /
+   ``softmax_probe``; ``course.model.Attention`` has both), ``logits`` (the model's own output) and
+   ``activations`` (everything else);
+3. ``loss`` (``record_loss``), then ``grads`` (``record_grads``, in reverse registration order, which
+   is roughly the order backward computes them), then ``optimizer`` state such as Adam's ``exp_avg``
+   and ``exp_avg_sq`` (``record_optimizer``), then ``params`` after the update (``record_params``).
+
+``first_nonfinite(events)`` returns the first bad one; ``trace(pipe)`` and ``locate(pipe)`` run the
+course's training loop step by step with a ``Locator`` attached.
+
+On your own model::
+
+    with Locator(model, optimizer) as loc:
+        loss = loss_fn(model(x), y)
+        loc.record_loss(loss)
+        loss.backward()
+        loc.record_grads()
+        optimizer.step()
+        loc.record_optimizer()
+        loc.record_params()
+    print(first_nonfinite(loc.events))
+
+Limits: hooks see **module outputs**, not every operation. An op written inline in a ``forward``
+(``x / temperature``, a hand-written softmax) is seen only through the next module output that
+contains its result; to see it directly, route it through an ``nn.Identity`` named ``*_probe`` or
+pass ``labels={module_name: stage}``. Hooks do not see in-place changes made after a module returns,
+functional calls outside modules, or tensors inside non-tensor outputs other than tuples and lists.
+The first bad tensor is where to *start* looking: the cause can be one step earlier (a weight the
+previous update made inf shows up first as the output of the module that uses it).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+STAGES = ("input", "embeddings", "activations", "scores", "softmax", "logits", "loss", "grads",
+          "optimizer", "params")
+
+
+@dataclass
+class Event:
+    """One recorded tensor: at training step ``step``, stage ``stage``, produced by ``name``.
+
+    ``limit`` is set only for integer inputs: valid ids lie in ``[0, limit)``."""
+
+    step: int
+    stage: str
+    name: str
+    tensor: torch.Tensor
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Where a step first went non-finite."""
+
+    step: int
+    stage: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"step {self.step}: first non-finite tensor at stage {self.stage!r} ({self.name})"
+
+
+def is_bad(event: Event) -> bool:
+    """True if the event's tensor holds a NaN or an inf, or (integer ids) an id outside ``[0, limit)``."""
+    t = event.tensor
+    if t.dtype == torch.bool or t.numel() == 0:
+        return False
+    if t.is_floating_point() or t.is_complex():
+        return not bool(torch.isfinite(t).all())
+    if event.limit is not None:
+        return bool(t.min() < 0) or bool(t.max() >= event.limit)
+    return False
+
+
+# trace() and locate() use their own copy: graders disable the public names while a learner's code runs.
+_bad = types.FunctionType(is_bad.__code__, is_bad.__globals__, "_bad")
+
+
+def first_nonfinite(events: list[Event]) -> Finding | None:
+    """The first bad event in recording order, as a ``Finding``; ``None`` if every tensor is fine."""
+    for e in events:
+        if is_bad(e):
+            return Finding(e.step, e.stage, e.name)
+    return None
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _tensors(o)
+
+
+class Locator:
+    """Forward hooks on every module of ``model``, plus explicit records of the loss, gradients,
+    optimizer state and parameters. Use as a context manager (hooks are removed on exit).
+
+    ``events`` holds the current step's records (``new_step(step)`` clears them). Gradients,
+    optimizer state and parameters are cloned (later steps change them in place); module outputs
+    are kept detached, not copied. ``labels`` maps module names to stages, overriding the defaults.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                 labels: dict[str, str] | None = None):
+        self.model, self.optimizer = model, optimizer
+        self.labels = dict(labels or {})
+        self.step = 0
+        self.events: list[Event] = []
+        self._handles = []
+        embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+        self.id_limit = embeddings[0].num_embeddings if embeddings else None
+        self._names = {id(p): n for n, p in model.named_parameters()}
+
+    # ----- hooks ------------------------------------------------------------------------------
+    def stage_of(self, name: str, module: nn.Module) -> str:
+        if name in self.labels:
+            return self.labels[name]
+        if name.endswith("score_probe"):
+            return "scores"
+        if name.endswith("softmax_probe"):
+            return "softmax"
+        if isinstance(module, nn.Embedding):
+            return "embeddings"
+        return "activations"
+
+    def __enter__(self) -> "Locator":
+        self._handles.append(self.model.register_forward_pre_hook(self._on_input, with_kwargs=True))
+        for name, module in self.model.named_modules():
+            if module is not self.model:
+                self._handles.append(module.register_forward_hook(self._on_output(name, module)))
+        self._handles.append(self.model.register_forward_hook(self._on_logits))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _on_input(self, module, args, kwargs):
+        for i, t in enumerate(_tensors(list(args) + list(kwargs.values()))):
+            limit = None if t.is_floating_point() else self.id_limit
+            self.record("input", f"input[{i}]", t, limit=limit)
+
+    def _on_output(self, name, module):
+        stage = self.stage_of(name, module)
+
+        def hook(mod, args, output):
+            for t in _tensors(output):
+                self.record(stage, name, t)
+        return hook
+
+    def _on_logits(self, module, args, output):
+        out = next(_tensors(output), None)
+        if out is None:
+            return
+        # The last module whose output is the model's output made the logits (unless labelled).
+        for e in reversed(self.events):
+            if e.stage != "input" and e.tensor.data_ptr() == out.data_ptr() and e.tensor.shape == out.shape:
+                if e.name not in self.labels:
+                    e.stage = "logits"
+                return
+        self.record("logits", "output", out)
+
+    # ----- explicit records -----------------------------------------------------------------------
+    def new_step(self, step: int) -> None:
+        self.step, self.events = step, []
+
+    def record(self, stage: str, name: str, tensor: torch.Tensor, limit: int | None = None, copy: bool = False) -> None:
+        t = tensor.detach()
+        self.events.append(Event(self.step, stage, name, t.clone() if copy else t, limit))
+
+    def record_loss(self, loss: torch.Tensor) -> None:
+        self.record("loss", "loss", loss)
+
+    def _params(self):
+        return list(reversed(list(self.model.named_parameters())))
+
+    def record_grads(self) -> None:
+        for name, p in self._params():
+            if p.grad is not None:
+                self.record("grads", name, p.grad, copy=True)
+
+    def record_optimizer(self) -> None:
+        if self.optimizer is None:
+            return
+        for name, p in self._params():
+            for key, value in self.optimizer.state.get(p, {}).items():
+                if isinstance(value, torch.Tensor) and key != "step":
+                    self.record("optimizer", f"{name}.{key}", value, copy=True)
+
+    def record_params(self) -> None:
+        for name, p in self._params():
+            self.record("params", name, p, copy=True)
+
+
+def trace(pipe, steps: int = 20, seed: int = 0) -> list[Event]:
+    """Run the course's training loop on ``pipe`` (as ``course.train.train_steps`` does: batch,
+    forward, loss, zero_grad, backward, clip, update, scheduler) with a ``Locator`` attached, and
+    return the events of the first step where a tensor went bad, or of the last step if none did.
+
+    If the forward pass raises after a bad input was recorded (an id out of range makes
+    ``nn.Embedding`` raise), the events so far are returned; any other error propagates.
+    """
+    from .train import batch_at, start  # here, not at the top: course.train imports tqdm
+
+    run = start(pipe, seed)
+    model, opt = run.model, run.optimizer
+    params = list(model.parameters())
+    model.train()
+    with warnings.catch_warnings(), Locator(model, opt) as loc:
+        warnings.simplefilter("ignore")  # broken pipelines make torch warn; the events say it all
+        for s in range(steps):
+            loc.new_step(s)
+            batch = batch_at(pipe, seed, s)
+            try:
+                logits = model(batch.inputs)
+            except Exception:
+                if any(_bad(e) for e in loc.events):
+                    return loc.events
+                raise
+            loss = pipe.loss_fn(logits, batch)
+            loc.record_loss(loss)
+            opt.zero_grad(set_to_none=True)
+            if loss.requires_grad:
+                loss.backward()
+            loc.record_grads()
+            if pipe.clip is not None and any(p.grad is not None for p in params):
+                torch.nn.utils.clip_grad_norm_(params, pipe.clip)
+            pipe.update(opt)
+            run.scheduler.step()
+            loc.record_optimizer()
+            loc.record_params()
+            if any(_bad(e) for e in loc.events):
+                break
+    return loc.events
+
+
+def locate(pipe, steps: int = 20, seed: int = 0) -> Finding | None:
+    """The first non-finite tensor of a training run of ``pipe``, within ``steps`` steps, or None."""
+    events = trace(pipe, steps, seed)
+    bad = next((e for e in events if _bad(e)), None)
+    return None if bad is None else Finding(bad.step, bad.stage, bad.name)
+
+
+# ----- the decision tree ----------------------------------------------------------------------------
+WHEN = ("before any update", "after some updates")
+
+
+@dataclass(frozen=True)
+class Advice:
+    hypotheses: tuple[str, ...]
+    test: str
+    examples: tuple[str, ...] = ()  # catalogue bugs that end here
+
+
+_BEFORE = "No update has run yet, so the learning rate cannot be the cause."
+TREE: dict[tuple[str, str], Advice] = {
+    ("before any update", "input"): Advice(
+        ("the data pipeline emits NaN/inf features, or ids outside the vocabulary (a sentinel such "
+         "as -100 or -1 used as padding)",),
+        "check one batch before the model sees it: min/max of the ids against the vocabulary size, "
+        "torch.isfinite on float features (course.checks.check_batch does the ids)",
+        ("inputs-padded-with-ignore-index",)),
+    ("before any update", "embeddings"): Advice(
+        ("the embedding weights are already non-finite (bad init, a scale of 1/0, a corrupt checkpoint)",
+         "the ids are fine but one row is non-finite"),
+        "torch.isfinite on the embedding weight itself, and on the rows the batch uses: all rows bad "
+        "points at init or scaling, one row at that token",
+        ("embedding-scaled-by-inf",)),
+    ("before any update", "scores"): Advice(
+        ("a scale of inf in the scores (1/sqrt(0), a temperature of 0)",
+         "q or k already huge (look at the module before)"),
+        "compare the scores with q and k: finite q and k with non-finite scores means the scale",
+        ("attention-scale-inf",)),
+    ("before any update", "softmax"): Advice(
+        ("a row whose every entry is masked with -inf (softmax of all -inf is 0/0 = NaN)",
+         "scores with +inf (inf - inf = NaN inside softmax)"),
+        "scores finite before the mask? then count the allowed keys per query row: a row with none "
+        "is the bug",
+        ("causal-mask-strict",)),
+    ("before any update", "logits"): Advice(
+        ("the output head's weights are non-finite", "a division of the logits by 0 (a temperature)"),
+        "torch.isfinite on the head's weight and on its input (the previous module's output)",
+        ()),
+    ("before any update", "loss"): Advice(
+        ("log of a probability that underflowed to 0 (log(softmax) instead of log_softmax)",
+         "a cast to fp16 or a loss scale that overflows (65504 is fp16's largest value)",
+         "a mean over zero scored targets (0/0)"),
+        "recompute the loss from the same logits with F.cross_entropy in float32: finite means the "
+        "loss code is the bug; count the scored targets",
+        ("loss-scaled-in-fp16", "all-targets-ignored")),
+    ("before any update", "grads"): Advice(
+        ("a torch.where or mask whose unselected branch is inf/NaN: its gradient is 0 x inf = NaN",
+         "sqrt, log or division at exactly 0 in a branch that is used"),
+        "run backward under torch.autograd.detect_anomaly(check_nan=True) to name the op that made "
+        "the first NaN gradient (it does not catch inf)",
+        ("log-guarded-by-where",)),
+    ("before any update", "optimizer"): Advice(
+        ("gradients so large their squares overflow in Adam's exp_avg_sq",
+         "optimizer state loaded from a corrupt checkpoint"),
+        "compare the largest |grad| with sqrt(float32 max) ~ 1.8e19, and check the state after loading",
+        ()),
+    ("before any update", "params"): Advice(
+        ("the update itself is non-finite although grads and moments are finite: Adam with eps=0 "
+         "divides 0 by 0 for a parameter whose gradient is exactly 0",
+         "a non-finite learning rate or weight decay"),
+        "find the parameters that went bad and their gradients: all-zero gradients there point at eps",
+        ("adam-eps-zero",)),
+    ("after some updates", "params"): Advice(
+        ("the learning rate is far too high: parameters grow each step until something overflows",
+         "the optimizer divides by a vanishing denominator (eps=0)"),
+        "rerun with the learning rate 10x lower: if the first bad step moves later or never comes, "
+        "the LR is the cause; log the parameter norm per step, it grows geometrically before",
+        ("lr-sign-typo",)),
+}
+_AFTER_DEFAULT = Advice(
+    ("the learning rate is too high: weights or activations grow until they overflow",
+     "one batch is special (an outlier, a corrupt example) and the model meets it only now",
+     "a slow drift: a logit gap growing until an unstable op (log(softmax), fp16) overflows"),
+    "replay the failing step's batch from the last good state: fails again -> the state or the batch; "
+    "then the same batch at a 10x lower LR from the same state, and the parameter norm's history",
+    ("lr-sign-typo",))
+
+
+def advise(when: str, stage: str) -> Advice:
+    """The hypotheses and the separating test for a run that first went non-finite at ``stage``."""
+    if when not in WHEN or stage not in STAGES:
+        raise ValueError(f"when must be one of {WHEN}, stage one of {STAGES}")
+    if (when, stage) in TREE:
+        return TREE[(when, stage)]
+    if when == "after some updates":
+        return _AFTER_DEFAULT
+    return Advice(("the module reported computes something unstable from finite inputs",),
+                  "look at that module's input and weights; feed it the previous module's output alone", ())
+
+
+def advice_text(when: str, stage: str) -> str:
+    a = advise(when, stage)
+    lines = [f"Observed: first non-finite at stage '{stage}', {when}."]
+    if when == "before any update":
+        lines.append(_BEFORE)
+    lines.append("Hypotheses:")
+    lines += [f"  - {h}" for h in a.hypotheses]
+    lines.append(f"The test that separates them: {a.test}")
+    if a.examples:
+        lines.append(f"Catalogue bugs that end here: {', '.join(a.examples)}")
+    return "\n".join(lines)
+
+
+def tree_widget():
+    """Two dropdowns (when, stage) and an Output area showing ``advice_text`` for the choice.
+
+    The text is written into the Output's ``outputs`` directly, so the widget works (and can be
+    tested) without a running kernel: setting a dropdown's value updates the Output at once.
+    """
+    import ipywidgets as widgets
+
+    when = widgets.Dropdown(options=WHEN, value=WHEN[0], description="when")
+    stage = widgets.Dropdown(options=STAGES, value="loss", description="first bad")
+    out = widgets.Output(layout={"border": "1px solid #ccc", "padding": "4px"})
+
+    def show(_=None):
+        text = advice_text(when.value, stage.value)
+        out.outputs = ({"output_type": "stream", "name": "stdout", "text": text + "\n"},)
+
+    when.observe(show, names="value")
+    stage.observe(show, names="value")
+    show()
+    box = widgets.VBox([widgets.HBox([when, stage]), out])
+    box.when, box.stage, box.out = when, stage, out
+    return box
+
+
+def output_text(out) -> str:
+    """The text shown in an ``ipywidgets.Output`` (for tests)."""
+    return "".join(o.get("text", "") for o in out.outputs)
+
+
+# ----- small helpers the notebook's demos use ------------------------------------------------------
+def stable_rate_bound() -> float:
+    """Gradient descent on f(x) = a x^2 / 2 multiplies x by (1 - eta a) each step: stable iff 0 < eta a < 2."""
+    return 2.0
+
+
+def quadratic_descent(eta_a: float, steps: int, x0: float = 1.0) -> list[float]:
+    """|x_t| for t = 0..steps of gradient descent on a x^2 / 2 with step size eta (only eta*a matters)."""
+    xs, x = [abs(x0)], x0
+    for _ in range(steps):
+        x = x - eta_a * x
+        xs.append(abs(x) if math.isfinite(x) else float("inf"))
+    return xs
