@@ -43,6 +43,11 @@ def apply_update(optimizer: torch.optim.Optimizer) -> None:
     optimizer.step()
 
 
+def set_eval_mode(model: nn.Module) -> None:
+    """The reference evaluation mode: ``model.eval()`` (dropout off). Bugs use this hook to forget it."""
+    model.eval()
+
+
 def warmup_then_linear(step: int, warmup: int, total: int) -> float:
     """LR multiplier: linear warmup over ``warmup`` steps, then linear decay to 10% at ``total``."""
     return min(1.0, (step + 1) / max(1, warmup)) * max(0.1, 1.0 - step / max(1, total))
@@ -78,6 +83,13 @@ class Pipeline:
     make_optimizer: Callable[[nn.Module, "Pipeline"], torch.optim.Optimizer] = build_optimizer
     prepare: Callable[[nn.Module], nn.Module] = prepare_model
     update: Callable[[torch.optim.Optimizer], None] = apply_update
+    # the evaluation parts (notebook 05): where validation windows come from, the loss and mode it uses
+    val_source: Callable[["Pipeline"], torch.Tensor] | None = None  # None: n_val windows of the language, val_seed
+    eval_loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] | None = None  # None: loss_fn
+    eval_mode: Callable[[nn.Module], None] = set_eval_mode
+    # the training data stream (notebook 04): the batch of (pipe, seed, data index); None: the
+    # epoch-wise shuffles of course.train.batch_at
+    batches: Callable[["Pipeline", int, int], Batch] | None = None
     bugs: tuple[str, ...] = field(default=())  # names of the bugs injected, for the record
 
     def replace(self, **changes) -> "Pipeline":
@@ -87,7 +99,9 @@ class Pipeline:
         return _language(self.n_symbols, self.language_seed)
 
     def windows(self, split: str) -> torch.Tensor:
-        """The fixed token windows (n, seq_len + 1) of ``"train"`` or ``"val"``."""
+        """The fixed token windows (n, seq_len + 1) of ``"train"`` or ``"val"`` (``val_source`` when set)."""
+        if split != "train" and self.val_source is not None:
+            return self.val_source(self).clone()
         n, seed = (self.n_train, self.data_seed) if split == "train" else (self.n_val, self.val_seed)
         return _windows(self.n_symbols, self.language_seed, n, self.seq_len + 1, seed, self.min_len)
 

@@ -18,6 +18,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from tqdm import tqdm
@@ -44,6 +45,7 @@ class Run:
     history: dict = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
     val: dict = field(default_factory=lambda: {"step": [], "loss": []})
     stopped: str | None = None  # why the run stopped early, if it did
+    data_offset: int = 0  # batches skipped so far: step s trains on data index s + data_offset
 
     @property
     def final_val_loss(self) -> float:
@@ -62,7 +64,18 @@ def start(pipe: Pipeline, seed: int = 0) -> Run:
 
 
 def batch_at(pipe: Pipeline, seed: int, step: int) -> Batch:
-    """The training batch of step ``step``: epoch-wise shuffles of the training windows, seeded."""
+    """The training batch of step ``step``: epoch-wise shuffles of the training windows, seeded.
+
+    ``step`` is the data index (the optimizer step unless batches were skipped, see
+    ``Run.data_offset``). A pipeline whose ``batches`` part is set gets its batches from it instead."""
+    if pipe.batches is not None:
+        return pipe.batches(pipe, seed, step)
+    return pipe.collate(windows_at(pipe, seed, step), pipe.language().PAD)
+
+
+def windows_at(pipe: Pipeline, seed: int, step: int) -> torch.Tensor:
+    """The raw token windows that ``batch_at(pipe, seed, step)`` collates (for checks that need the
+    examples behind a batch, such as a prompt/answer mask gate)."""
     windows = pipe.windows("train")
     n, B = len(windows), pipe.batch_size
     per_epoch = n // B
@@ -70,20 +83,22 @@ def batch_at(pipe: Pipeline, seed: int, step: int) -> Batch:
         raise ValueError(f"batch_size {B} is larger than the {n} training windows")
     epoch, i = divmod(step, per_epoch)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-    return pipe.collate(windows[order[i * B:(i + 1) * B]], pipe.language().PAD)
+    return windows[order[i * B:(i + 1) * B]]
 
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, pipe: Pipeline, split: str = "val", batch_size: int = 256) -> float:
-    """Mean loss per scored target on a whole split, in eval mode, with the pipeline's own parts."""
+    """Mean loss per scored target on a whole split, in eval mode, with the pipeline's own parts
+    (its ``eval_mode`` and ``eval_loss_fn``, which default to ``model.eval()`` and ``loss_fn``)."""
     was_training = model.training
-    model.eval()
+    pipe.eval_mode(model)
+    loss_fn = pipe.loss_fn if pipe.eval_loss_fn is None else pipe.eval_loss_fn
     windows = pipe.windows(split)
     total, count = 0.0, 0
     for i in range(0, len(windows), batch_size):
         batch = pipe.collate(windows[i:i + batch_size], pipe.language().PAD)
         n = int(batch.scored.sum())
-        total += pipe.loss_fn(model(batch.inputs), batch).item() * n
+        total += loss_fn(model(batch.inputs), batch).item() * n
         count += n
     model.train(was_training)
     return total / count if count else float("nan")
@@ -93,8 +108,12 @@ def _flat(params) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
-def train_steps(run: Run, n: int, eval_every: int = 100, progress: bool = False, stop_on_nonfinite: bool = True) -> Run:
-    """Run ``n`` more steps of ``run`` in place, recording every step; returns ``run``."""
+def train_steps(run: Run, n: int, eval_every: int = 100, progress: bool = False, stop_on_nonfinite: bool = True,
+                on_step: Callable | None = None) -> Run:
+    """Run ``n`` more steps of ``run`` in place, recording every step; returns ``run``.
+
+    ``on_step(run, step, batch)``, if given, is called after each step is recorded and before any
+    evaluation (e.g. to log the batch's data index or the optimizer's state)."""
     pipe, model, opt = run.pipe, run.model, run.optimizer
     params = [p for p in model.parameters()]
     model.train()
@@ -102,7 +121,7 @@ def train_steps(run: Run, n: int, eval_every: int = 100, progress: bool = False,
     for _ in bar:
         s = run.step
         t0 = time.perf_counter()
-        batch = batch_at(pipe, run.seed, s)
+        batch = batch_at(pipe, run.seed, s + run.data_offset)
         t1 = time.perf_counter()
         logits = model(batch.inputs)
         loss = pipe.loss_fn(logits, batch)
@@ -135,6 +154,8 @@ def train_steps(run: Run, n: int, eval_every: int = 100, progress: bool = False,
         h["t_fwd_bwd"].append(t2 - t1)
         h["t_opt"].append(t3 - t2)
         run.step += 1
+        if on_step is not None:
+            on_step(run, s, batch)
         if eval_every and (run.step % eval_every == 0):
             run.val["step"].append(run.step)
             run.val["loss"].append(evaluate(model, pipe))
@@ -166,6 +187,7 @@ def save_checkpoint(run: Run, path) -> None:
             "scheduler": run.scheduler.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "step": run.step,
+            "data_offset": run.data_offset,
             "seed": run.seed,
             "history": run.history,
             "val": run.val,
@@ -183,6 +205,7 @@ def resume(pipe: Pipeline, path) -> Run:
     run.scheduler.load_state_dict(ckpt["scheduler"])
     torch.set_rng_state(ckpt["torch_rng"])
     run.step = ckpt["step"]
+    run.data_offset = ckpt.get("data_offset", 0)
     run.history = ckpt["history"]
     run.val = ckpt["val"]
     return run
