@@ -1,0 +1,164 @@
+"""Replay a batch from the last good state, and rewind-and-skip as logged containment (notebook 04).
+
+What a loop must save so a spike can be replayed later: checkpoints every ``k`` steps (model,
+optimizer, scheduler, RNG and data cursor: ``course.train.save_checkpoint``) and, per step, the
+identity of the batch it trained on (its data index: ``step + run.data_offset``). With both, the
+question "was it this batch, or the state it met?" becomes an experiment: resume the checkpoint just
+before the spike, and train on the same data index, or on another one.
+
+Rewind-and-skip (PaLM, Chowdhery et al. 2022, section 5.1): when a spike appeared, they restarted
+from a checkpoint about 100 steps before it and skipped about 200-500 data batches; they report
+that replaying those batches from an earlier checkpoint did not spike, so they attribute spikes to a
+batch meeting a particular parameter state. That is an empirical workaround reported for one family
+of runs, not a recipe and not a fix: skipping changes the data the model sees, so every skip here is
+logged (where, how many, and a digest of the tokens that were left out).
+
+Contract: everything is deterministic on CPU for a fixed seed; a replay from a checkpoint is
+bit-identical to the original run over the same data indices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .model import ModelConfig
+from .pipeline import Pipeline
+from .train import Run, batch_at, resume, save_checkpoint, start, train_steps
+
+# A small, fast version of the reference recipe (one layer, 16-token windows, 32 windows a batch):
+# 360 steps take about 3 s on one CPU thread. Its schedule runs to step 1000, so the learning rate
+# is still high (between 1e-2 and 6e-3) over the steps notebook 04 trains.
+SPIKE_PIPE = Pipeline().replace(
+    seq_len=16,
+    model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+    n_train=8192,
+    n_val=256,
+    batch_size=32,
+    steps=1000,
+    warmup=20,
+)
+
+
+@dataclass
+class StepLog:
+    """An ``on_step`` callback for ``train_steps`` that records, per step, what a spike is correlated
+    with and the history does not hold: the batch's data index; Adam's state after the step, as the
+    mean of its second moment ``exp_avg_sq`` over every parameter (``adam_v``) and the mean size of
+    the step it takes per coordinate in units of the learning rate, ``|m_hat| / (sqrt(v_hat) + eps)``
+    (``adam_step``: about 1 when the gradient keeps its sign, small when it is noise); and the largest
+    share of one token among the batch's inputs (``top_token_share``: 1.0 for one repeated token)."""
+
+    step: list = field(default_factory=list)
+    batch: list = field(default_factory=list)
+    adam_v: list = field(default_factory=list)
+    adam_step: list = field(default_factory=list)
+    top_token_share: list = field(default_factory=list)
+
+    def __call__(self, run: Run, step: int, batch) -> None:
+        self.step.append(step)
+        self.batch.append(step + run.data_offset)
+        states = [s for s in run.optimizer.state.values() if "exp_avg_sq" in s]
+        if states:
+            group = run.optimizer.param_groups[0]
+            (b1, b2), eps = group["betas"], group["eps"]
+            t = float(states[0]["step"])
+            v = torch.cat([s["exp_avg_sq"].reshape(-1) for s in states])
+            m = torch.cat([s["exp_avg"].reshape(-1) for s in states])
+            m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+            self.adam_v.append(v.mean().item())
+            self.adam_step.append((m_hat.abs() / (v_hat.sqrt() + eps)).mean().item())
+        else:
+            self.adam_v.append(float("nan"))
+            self.adam_step.append(float("nan"))
+        counts = torch.bincount(batch.inputs.reshape(-1))
+        self.top_token_share.append(counts.max().item() / batch.inputs.numel())
+
+
+def checkpoint_path(folder, step: int) -> Path:
+    return Path(folder) / f"step{step:06d}.pt"
+
+
+def train_with_checkpoints(pipe: Pipeline, steps: int, folder, every: int, seed: int = 0, log: StepLog | None = None,
+                           eval_every: int = 0, progress: bool = False) -> Run:
+    """Train a fresh run for ``steps`` steps, saving a checkpoint at step 0 and every ``every`` steps
+    (a checkpoint named ``step000300.pt`` holds the state *before* step 300 runs)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    run = start(pipe, seed)
+    while run.step < steps:
+        if run.step % every == 0:
+            save_checkpoint(run, checkpoint_path(folder, run.step))
+        train_steps(run, min(every - run.step % every, steps - run.step), eval_every=eval_every,
+                    progress=progress, on_step=log)
+    return run
+
+
+def checkpoints(folder) -> dict[int, Path]:
+    """The checkpoints saved in ``folder``, by the step they resume at."""
+    return {int(p.stem[4:]): p for p in sorted(Path(folder).glob("step*.pt"))}
+
+
+def last_good(folder, step: int) -> int:
+    """The latest checkpoint step at or before ``step`` (its state has not yet seen step ``step``)."""
+    good = [s for s in checkpoints(folder) if s <= step]
+    if not good:
+        raise ValueError(f"no checkpoint at or before step {step} in {folder}")
+    return max(good)
+
+
+def replay(pipe: Pipeline, folder, from_step: int, steps: int, skip: int = 0, log: StepLog | None = None) -> Run:
+    """Resume the checkpoint of ``from_step`` and train ``steps`` steps; with ``skip`` > 0 the data
+    cursor first jumps over ``skip`` batches, so the same state meets different data."""
+    run = resume(pipe, checkpoint_path(folder, from_step))
+    run.data_offset += skip
+    return train_steps(run, steps, eval_every=0, on_step=log)
+
+
+def data_digest(pipe: Pipeline, seed: int, indices) -> str:
+    """A short SHA-256 of the input tokens of the batches at ``indices``, in order."""
+    h = hashlib.sha256()
+    for i in indices:
+        h.update(batch_at(pipe, seed, i).inputs.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def token_counts(pipe: Pipeline, seed: int, indices) -> torch.Tensor:
+    """How often each token id appears among the inputs of the batches at ``indices``."""
+    V = pipe.language().vocab_size
+    total = torch.zeros(V, dtype=torch.long)
+    for i in indices:
+        total += torch.bincount(batch_at(pipe, seed, i).inputs.reshape(-1), minlength=V)
+    return total
+
+
+@dataclass(frozen=True)
+class Skip:
+    """One logged skip: at optimizer step ``at_step`` the data cursor jumped over data indices
+    ``first`` to ``first + n - 1``; ``digest`` identifies the tokens left out."""
+
+    at_step: int
+    first: int
+    n: int
+    reason: str
+    digest: str
+
+    def __str__(self) -> str:
+        return (f"at step {self.at_step}: skipped data indices {self.first}..{self.first + self.n - 1} "
+                f"({self.n} batches, digest {self.digest}): {self.reason}")
+
+
+def rewind_and_skip(pipe: Pipeline, folder, spike_step: int, rewind: int, n_skip: int, steps: int,
+                    log: StepLog | None = None) -> tuple[Run, list[Skip]]:
+    """Resume the last checkpoint at or before ``spike_step - rewind``, skip the next ``n_skip``
+    batches of the data stream (logged), then train ``steps`` steps. Returns the run and the skip log."""
+    at = last_good(folder, spike_step - rewind)
+    run = resume(pipe, checkpoint_path(folder, at))
+    first = run.step + run.data_offset
+    skip = Skip(at, first, n_skip, f"loss spike at step {spike_step}; rewound {spike_step - at} steps",
+                data_digest(pipe, run.seed, range(first, first + n_skip)))
+    run.data_offset += n_skip
+    train_steps(run, steps, eval_every=0, on_step=log)
+    return run, [skip]
