@@ -7,6 +7,12 @@
 * ``course.bugs``: the catalogue of injectable bugs;
 * ``course.checks`` and ``course.baselines``: the diagnostic tools;
 * ``course.plots`` and ``course.record``: loss plots with reference lines, the diagnosis record.
+* ``course.nonfinite``: the first-non-finite locator and the NaN decision tree (notebook 02);
+* ``course.overfit``, ``course.preflight``, ``course.sft``, ``course.adapters``, ``course.telemetry``:
+  overfit controls, the pre-flight, SFT masks, adapters, per-layer telemetry (notebook 03);
+* ``course.alerts``, ``course.replay``, ``course.distributed``: the alert policy, replay and
+  rewind-and-skip, two gloo ranks with a checksum (notebook 04);
+* ``course.overlap``, ``course.valgap``: the overlap audit and the validation-gap tests (notebook 05).
 """
 
 from .data import IGNORE, Batch, MarkovLanguage
