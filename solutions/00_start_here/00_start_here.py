@@ -20,8 +20,8 @@
 # tests: the visible ones run when you run the cell; the autograder adds hidden ones that try your
 # code on cases you have not seen. A detector is graded like a test suite: it must stay quiet on
 # healthy runs *and* fire on broken ones, so answering always "bug" (or never) scores nothing.
-# Do not delete or edit the test cells; use the *Validate* button of the Assignments panel to check
-# your notebook before you submit.
+# Do not delete or edit the test cells. Before you submit, press *Validate* in the notebook's
+# toolbar: it saves the notebook, runs it from the top and lists every test cell that fails.
 
 # %% [markdown]
 # Everything this course runs comes from one small package, `course`. Its models are tiny, and tiny
