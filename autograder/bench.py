@@ -1,13 +1,18 @@
 """Print how long each solution notebook takes to execute and to autograde, on this machine.
 
-    python -m autograder.bench [--copies N]     (make bench; N defaults to 3)
+    python -m autograder.bench [--copies N] [--class-size M] [--class-only]     (make bench)
 
 For each assignment in solutions/: the seconds to execute the solution notebook once with
 nbclient on the course kernel (a copy, in a temporary folder; nothing in the repository changes),
 and the seconds per submission of one ``nbgrader autograde`` of N copies of the solution in a
-throw-away course root. Prints a table; it checks nothing and has no thresholds.
+throw-away course root. Then the class bench: M (default 30) generated submissions of the toy
+course (autograder/toy_course.py: no torch, a second or two of work each) graded by
+autograder.grade_class once sequentially (jobs=1) and once with jobs = the machine's cores, each
+in a fresh copy of the course with its own SQLite gradebook; it prints seconds per submission and
+the speed-up. Prints tables; it checks nothing and has no thresholds.
 """
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -17,7 +22,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from autograder import grading
+from autograder import database, grade_class, grading, toy_course
 
 
 def time_execution(assignment: str, workdir: Path) -> float:
@@ -44,10 +49,72 @@ def time_autograde(assignment: str, workdir: Path, copies: int) -> float:
     return (time.perf_counter() - start) / copies
 
 
+def build_toy_class(root: Path, size: int) -> None:
+    """A released toy course at ``root`` with ``size`` submissions: in turn the solution, the
+    untouched release and each targeted case of the toy (wrong, hidden-fail, tampered, ...)."""
+    import contextlib
+    import io
+    import json
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        toy_course.main([str(root)])
+    source = json.loads(grading.source_path("toy", root).read_text(encoding="utf-8"))
+    variants = [source, json.loads(grading.release_path("toy", root).read_text(encoding="utf-8"))]
+    for case in toy_course.CASES:
+        nb = json.loads(json.dumps(source))
+        nb["cells"] = [dict(c, source=case.edits.get(grading.nbgrader_meta(c).get("grade_id"), c["source"]))
+                       for c in nb["cells"]
+                       if not (grading.nbgrader_meta(c).get("grade_id") in case.edits
+                               and case.edits[grading.nbgrader_meta(c)["grade_id"]] is None)]
+        variants.append(nb)
+    for i in range(size):
+        folder = root / "submitted" / f"student{i:03d}" / "toy"
+        folder.mkdir(parents=True)
+        (folder / "toy.ipynb").write_text(json.dumps(variants[i % len(variants)]), encoding="utf-8")
+
+
+def time_class(workdir: Path, size: int, jobs: int) -> tuple[float, dict]:
+    """Seconds to grade the toy class of ``size`` in a fresh copy with ``jobs`` workers, and the
+    count of submissions per final state."""
+    root = workdir / f"class-jobs{jobs}"
+    shutil.copytree(workdir / "toy-class", root)
+    runner = grade_class.Runner(root, "toy", database.sqlite_url(root), jobs, grade_class.DEFAULT_TIMEOUT_S)
+    names = grade_class.students(root, "toy")
+    start = time.perf_counter()
+    results = runner.run(names, echo=lambda *a, **k: None)
+    seconds = time.perf_counter() - start
+    states = {}
+    for r in results:
+        states[r.state] = states.get(r.state, 0) + 1
+    return seconds, states
+
+
+def class_bench(workdir: Path, size: int) -> None:
+    """Print the class bench (see the module docstring)."""
+    cores = os.cpu_count() or 1
+    build_toy_class(workdir / "toy-class", size)
+    print(f"\nclass bench: {size} generated submissions of the toy course (autograder/toy_course.py, "
+          f"no torch), autograder.grade_class, SQLite; {cores} cores; load before: "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{'jobs':>6}{'total s':>10}{'s/submission':>15}{'speed-up':>10}  states", flush=True)
+    base = None
+    for jobs in sorted({1, cores}):
+        seconds, states = time_class(workdir, size, jobs)
+        base = base or seconds
+        print(f"{jobs:>6}{seconds:>10.1f}{seconds / size:>15.2f}{base / seconds:>9.2f}x  {states}",
+              flush=True)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=3, help="submissions per autograde run")
+    parser.add_argument("--class-size", type=int, default=30, help="toy class size (0: skip)")
+    parser.add_argument("--class-only", action="store_true", help="only the class bench")
     args = parser.parse_args(argv)
+    if args.class_only:
+        with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+            class_bench(Path(tmp), args.class_size)
+        return 0
     names = grading.assignments()
     if not names:
         print("no assignments in solutions/")
@@ -58,6 +125,8 @@ def main(argv: list[str]) -> int:
             execute = time_execution(a, Path(tmp))
             autograde = time_autograde(a, Path(tmp), args.copies)
             print(f"{a:<24}{execute:>12.1f}{autograde:>26.1f}", flush=True)
+        if args.class_size > 0:
+            class_bench(Path(tmp), args.class_size)
     return 0
 
 

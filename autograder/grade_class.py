@@ -1,0 +1,604 @@
+"""Grade a whole class with nbgrader, in parallel, and say for every submission what happened.
+
+    python -m autograder.grade_class ASSIGNMENT... [--jobs N] [--students S...] [--timeout S]
+    python -m autograder.grade_class --all          (every assignment with submissions; make autograde)
+
+Contract, per assignment ``a`` (which ``nbgrader generate_assignment`` must have put in the
+gradebook), for each student ``s`` with a folder ``submitted/s/a/`` (or those named):
+
+1. Pre-check, without running anything: ``a.ipynb`` must exist there as a regular file (not a
+   link, not a folder), under ``MAX_NOTEBOOK_BYTES``, be JSON and a Jupyter notebook. A submission
+   that fails is *rejected*: the gradebook gets a submission whose every grade is 0 and needs no
+   manual grade -- exactly what nbgrader itself records for a missing notebook
+   (``nbgrader/converters/autograde.py``, ``init_assignment``) -- and any earlier autograded and
+   feedback output of it is removed. (Plain nbgrader skips an empty folder with no row at all and
+   leaves the others as "needs manual grade" on every cell.)
+2. Otherwise nbgrader's own ``autograde a --student s --force`` runs, one process per submission,
+   up to ``--jobs`` at once (default: the machine's cores), with the gradebook of
+   ``autograder.database.db_url`` (``COURSE_DB_URL``). nbgrader's configuration applies as is:
+   kernel, sandbox, timeouts, preprocessors. Its log goes to
+   ``autograded/_reports/a.logs/s.log``. A process still running after ``--timeout`` seconds is
+   killed. Workers die with the runner (``setpriv --pdeathsig``).
+3. If nbgrader failed (non-zero exit, killed, an autograded cell left without a score, or the
+   submission's files changed while it ran), the submission is *failed*: every grade is set to 0
+   as in 1. (plain nbgrader keeps the previous run's score, or "needs manual grade" on a first
+   run), and nbgrader has already removed its autograded output. Database errors are *grader
+   errors*: nothing is written and the reason says so.
+4. Every outcome has a reason an instructor can read, from the pre-check, nbgrader's exit status
+   and log, and the autograded notebook's outputs per graded cell (timeouts, dead kernel,
+   MemoryError, NotImplementedError, assertion messages, stderr).
+
+The report ``autograded/_reports/a.json`` is rewritten (atomically) whenever a submission starts or
+ends; it is also the journal: a submission whose entry still says ``grading`` was interrupted
+(runner killed) and its gradebook rows may be the previous run's or incomplete; re-running grades
+it again. Each entry keeps the SHA-256 of the submission folder it graded, so a later resubmission
+shows as not yet graded. Submissions are only read, never written. Exit status: 0 when every
+submission was graded, 1 when any was rejected or failed (after all were tried), 2 on a usage or
+set-up error, 130 when interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autograder import database, grading
+
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+DEFAULT_TIMEOUT_S = 1800
+REPORTS = Path("autograded") / "_reports"
+
+GRADED, FAILED, REJECTED, GRADING, INTERRUPTED = "graded", "failed", "rejected", "grading", "interrupted"
+
+
+@dataclass
+class Result:
+    """What happened to one submission (one entry of the report)."""
+    student: str
+    state: str                       # graded | failed | rejected | grading | interrupted
+    reason: str = ""
+    score: float | None = None
+    max_score: float | None = None
+    cells: dict = field(default_factory=dict)   # grade_id -> {score, max_score, manual, why}
+    notes: list = field(default_factory=list)
+    log: str | None = None           # path of nbgrader's log, relative to the course root
+    seconds: float | None = None
+    sha256: str | None = None        # of the submission folder as graded
+    finished: str | None = None      # UTC time the entry was written
+
+
+# --------------------------------------------------------------------------- submissions
+
+def students(root: Path, assignment: str) -> list[str]:
+    """Sorted names ``s`` that have a folder ``submitted/s/assignment`` (a link or file there too:
+    the pre-check rejects those with a reason)."""
+    base = Path(root) / "submitted"
+    return sorted(p.parent.name for p in base.glob(f"*/{assignment}")
+                  if p.exists() or p.is_symlink())
+
+
+def folder_hash(folder: Path) -> str | None:
+    """SHA-256 over the relative paths and contents of every file below ``folder`` (links hashed by
+    their target text, never followed); None when ``folder`` is missing."""
+    folder = Path(folder)
+    if not folder.exists() and not folder.is_symlink():
+        return None
+    h = hashlib.sha256()
+    if folder.is_symlink() or not folder.is_dir():
+        h.update(os.readlink(folder).encode() if folder.is_symlink() else folder.read_bytes())
+        return h.hexdigest()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            path = Path(dirpath) / name
+            h.update(str(path.relative_to(folder)).encode() + b"\0")
+            if path.is_symlink():
+                h.update(b"link:" + os.readlink(path).encode())
+            elif path.is_file():
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+            h.update(b"\0")
+    return h.hexdigest()
+
+
+def precheck(root: Path, assignment: str, student: str) -> tuple[str | None, list[str]]:
+    """(reason to reject or None, notes). Reads the submission only."""
+    folder = Path(root) / "submitted" / student / assignment
+    expected = f"{assignment}.ipynb"
+    if folder.is_symlink() or not folder.is_dir():
+        return f"submitted/{student}/{assignment} is not a folder", []
+    path = folder / expected
+    if not path.exists() and not path.is_symlink():
+        others = sorted(p.name for p in folder.glob("*.ipynb"))
+        if others:
+            return (f"wrong notebook name: found {', '.join(others)}, expected {expected} "
+                    f"(rename it and resubmit)"), []
+        files = sorted(p.name for p in folder.iterdir())
+        return (f"no notebook: {expected} is missing"
+                + (f" (the folder holds: {', '.join(files[:10])})" if files else " (empty folder)")), []
+    if path.is_symlink():
+        return f"{expected} is a symbolic link, not a file: not graded", []
+    if not path.is_file():
+        return f"{expected} is not a regular file", []
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        return f"{expected} is {size / 2**20:.0f} MiB, over the {MAX_NOTEBOOK_BYTES / 2**20:.0f} MiB limit", []
+    try:
+        nb = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return f"corrupt notebook: {expected} is not UTF-8 text ({err.reason} at byte {err.start})", []
+    except json.JSONDecodeError as err:
+        return (f"corrupt notebook: {expected} is not valid JSON ({err.msg} at line {err.lineno}, "
+                f"column {err.colno}); was it saved completely?"), []
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return f"not a Jupyter notebook: {expected} is JSON without a list of cells", []
+    if not isinstance(nb.get("nbformat"), int) or nb["nbformat"] < 4:
+        return f"not a Jupyter notebook of format 4: nbformat is {nb.get('nbformat')!r}", []
+    return None, structure_notes(root, assignment, nb)
+
+
+def structure_notes(root: Path, assignment: str, nb: dict) -> list[str]:
+    """Differences between a submission's graded cells and the source's, for reasons: duplicated
+    grade ids, cells missing, cells whose nbgrader metadata was stripped."""
+    try:
+        source = json.loads(grading.source_path(assignment, root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    wanted = {grading.nbgrader_meta(c).get("grade_id"): c.get("id") for c in source["cells"]}
+    wanted.pop(None, None)
+    ids, stripped = [], []
+    for cell in nb["cells"]:
+        if not isinstance(cell, dict):
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if gid:
+            ids.append(gid)
+        elif cell.get("id") in wanted.values():
+            stripped.append(cell.get("id"))
+    notes = []
+    dups = sorted({g for g in ids if ids.count(g) > 1})
+    if dups:
+        notes.append(f"cells duplicated: {', '.join(dups)}")
+    if stripped:
+        notes.append(f"nbgrader metadata stripped from {len(stripped)} cell(s): {', '.join(stripped[:8])}")
+    missing = sorted(set(wanted) - set(ids) - set(stripped))
+    if missing:
+        notes.append(f"cells missing: {', '.join(missing)}")
+    return notes
+
+
+# --------------------------------------------------------------------------- gradebook
+
+def course_id(url: str, assignment: str) -> str | None:
+    """The course id nbgrader recorded for ``assignment`` (None when it is not in the gradebook)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if not sqlalchemy.inspect(conn).has_table("assignment"):
+                return None
+            return conn.execute(sqlalchemy.text("SELECT course_id FROM assignment WHERE name = :a"),
+                                {"a": assignment}).scalar()
+    finally:
+        engine.dispose()
+
+
+def read_grades(url: str, course: str, assignment: str, student: str) -> dict | None:
+    """grade_id -> {auto_score, score, max_score, manual} for every grade of the submission
+    (all notebooks), or None when nbgrader recorded no submission."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(url, course) as gb:
+        try:
+            sub = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return None
+        return {g.name: {"auto_score": g.auto_score, "score": float(g.score),
+                         "max_score": float(g.max_score), "manual": bool(g.needs_manual_grade)}
+                for nb in sub.notebooks for g in nb.grades}
+
+
+def record_zero(url: str, course: str, assignment: str, student: str, timestamp: str | None) -> None:
+    """Give every grade of the submission 0 and no manual grade, creating the student and the
+    submission when needed: what nbgrader records itself for a missing notebook. A manual score an
+    instructor gave stays (nbgrader's ``score`` prefers it)."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    with Gradebook(url, course) as gb, warnings.catch_warnings():
+        # nbgrader's add_submission trips SQLAlchemy's autoflush warning; the rows are written
+        warnings.simplefilter("ignore", SAWarning)
+        gb.update_or_create_student(student)
+        kwargs = {"timestamp": timestamp} if timestamp else {}
+        sub = gb.update_or_create_submission(assignment, student, **kwargs)
+        for nb in sub.notebooks:
+            for grade in nb.grades:
+                grade.auto_score = 0
+                grade.needs_manual_grade = False
+        gb.db.commit()
+
+
+def submission_timestamp(folder: Path) -> str | None:
+    """The text of ``timestamp.txt`` when nbgrader can parse it, else None."""
+    from nbgrader.utils import parse_utc
+
+    path = Path(folder) / "timestamp.txt"
+    try:
+        text = path.read_text(encoding="utf-8").strip() if path.is_file() and not path.is_symlink() else ""
+        return text if text and parse_utc(text) else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+# --------------------------------------------------------------------------- reasons
+
+def _first_line(text: str, limit: int = 200) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip()
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
+def output_problems(outputs: list) -> list[str]:
+    """Readable reasons from a cell's outputs: errors and stderr."""
+    found = []
+    for out in outputs:
+        if out.get("output_type") == "error":
+            ename, evalue = out.get("ename", ""), _first_line(out.get("evalue", ""))
+            if ename == "CellTimeoutError":
+                found.append("timed out (CellTimeoutError: the cell ran past Execute.timeout)")
+            elif ename == "NotImplementedError":
+                found.append("not answered (NotImplementedError)")
+            elif ename == "MemoryError":
+                found.append("ran out of memory (MemoryError)")
+            else:
+                found.append(f"{ename}: {evalue}" if evalue else ename)
+        elif out.get("output_type") == "stream" and out.get("name") == "stderr":
+            text = "".join(out.get("text", "")) if isinstance(out.get("text"), list) else out.get("text", "")
+            found.append(f"wrote to stderr (scores 0): {_first_line(text, 120)}")
+    return found
+
+
+def autograded_reasons(path: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """(grade_id -> problems of that graded cell, problems of other cells as notes) read from an
+    autograded notebook; ({}, [note]) when it cannot be read."""
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return {}, [f"autograded notebook unreadable: {err}"]
+    per_cell, notes = {}, []
+    for index, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        problems = output_problems(cell.get("outputs", []))
+        gid = grading.nbgrader_meta(cell).get("grade_id")
+        meta = grading.nbgrader_meta(cell)
+        if meta.get("grade"):
+            per_cell[gid] = problems
+        else:  # stderr outside a grade cell costs nothing; errors there are worth a note
+            where = f"cell {gid}" if gid else f"cell #{index + 1} (not graded)"
+            notes.extend(f"{where}: {p}" for p in problems if not p.startswith("wrote to stderr"))
+    return per_cell, notes
+
+
+LOG_PATTERNS = [  # (regex on nbgrader's log, reason); first match wins
+    (r"DeadKernelError|Kernel died", "the kernel died while running the notebook (DeadKernelError): "
+     "the code ended the Python process (os._exit, a crash) or it was killed, e.g. for memory"),
+    (r"UnresponsiveKernelError|kernel became unresponsive",
+     "the kernel stopped responding and could not be interrupted"),
+    (r"Invalid timestamp string", "timestamp.txt holds no valid time"),
+    (r"exists multiple times", "a graded cell appears more than once (duplicated cell): "
+     "nbgrader cannot match the notebook to the assignment"),
+    (r"add_missing_grade_cells|Missing grade cell .* encountered",
+     "nbgrader could not put the test cells back: the notebook's cells no longer match the "
+     "assignment (cells deleted or duplicated, or their nbgrader metadata stripped)"),
+    (r"NotJSONError|does not appear to be JSON", "corrupt notebook: not valid JSON"),
+    (r"NotebookValidationError|ValidationError", "the notebook does not validate as a Jupyter notebook"),
+]
+GRADER_ERRORS = [  # the grader's fault, not the submission's: nothing is written to the gradebook
+    (r"refusing to autograde without the sandbox|refusing to start the kernel unprotected",
+     "GRADER ERROR: grading refused, the sandbox cannot run on this machine (see the log; "
+     "fix the machine or set COURSE_ALLOW_UNSANDBOXED=1 to grade unprotected)"),
+    (r"database is locked", "GRADER ERROR: the gradebook was locked (SQLite); re-run"),
+    (r"OperationalError|error accessing the nbgrader database",
+     "GRADER ERROR: the gradebook could not be reached or written; re-run"),
+    (r"No assignment with ID", "GRADER ERROR: the assignment is not in the gradebook "
+     "(run make release / nbgrader generate_assignment)"),
+]
+
+
+def last_exception(log: str) -> str | None:
+    """The last 'SomeError: message' line of a traceback in ``log``."""
+    hits = re.findall(r"^(?:\[\w+ \| ERROR\])?\s*((?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b:?.*)$",
+                      log, flags=re.MULTILINE)
+    hits = [h for h in hits if not h.startswith(("There was an error", "Traceback"))]
+    return _first_line(hits[-1]) if hits else None
+
+
+def failure_reason(log: str, returncode: int | None, timed_out: float | None) -> tuple[str, bool]:
+    """(reason, is_grader_error) for an nbgrader run that failed."""
+    if timed_out:
+        return (f"grading took longer than {timed_out:g} s and was stopped "
+                f"(runner --timeout; the notebook as a whole, not one cell)", False)
+    for pattern, reason in GRADER_ERRORS:
+        if re.search(pattern, log):
+            return reason, True
+    if returncode is not None and returncode < 0:
+        return f"the grading process was killed (signal {signal.Signals(-returncode).name})", False
+    for pattern, reason in LOG_PATTERNS:
+        if re.search(pattern, log):
+            return reason, False
+    exc = last_exception(log)
+    return (f"nbgrader could not grade it: {exc}" if exc
+            else f"nbgrader exited with status {returncode}; see the log"), False
+
+
+def graded_reason(cells: dict) -> str:
+    """One line: which cells lost points and why, and which need a manual grade."""
+    lost = [f"{gid} {c['score']:g}/{c['max_score']:g}" + (f" ({'; '.join(c['why'])})" if c["why"] else "")
+            for gid, c in cells.items() if not c["manual"] and c["score"] < c["max_score"]]
+    manual = [gid for gid, c in cells.items() if c["manual"]]
+    parts = ["lost points: " + ", ".join(lost)] if lost else ["every autograded cell passed"]
+    if manual:
+        parts.append("needs manual grade: " + ", ".join(manual))
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- the run
+
+class Runner:
+    """Grades the submissions of one assignment; see the module docstring."""
+
+    def __init__(self, root: Path, assignment: str, url: str, jobs: int, timeout: float):
+        self.root, self.assignment, self.url = Path(root).resolve(), assignment, url
+        self.jobs, self.timeout = max(1, jobs), timeout
+        self.report_path = self.root / REPORTS / f"{assignment}.json"
+        self.log_dir = self.root / REPORTS / f"{assignment}.logs"
+        self.lock = threading.Lock()          # report and the runner's own gradebook writes
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.stopping = False
+        self.course = None
+        self.entries: dict[str, dict] = {}
+
+    # report ---------------------------------------------------------------
+    def load_report(self) -> None:
+        try:
+            self.entries = json.loads(self.report_path.read_text(encoding="utf-8")).get("students", {})
+        except (OSError, ValueError):
+            self.entries = {}
+
+    def save(self, result: Result) -> None:
+        """Record ``result`` and rewrite the report atomically (caller holds ``self.lock``)."""
+        result.finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.entries[result.student] = asdict(result)
+        self.report_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.report_path.with_name(self.report_path.name + f".tmp{os.getpid()}")
+        doc = {"assignment": self.assignment, "gradebook": database.describe(self.url),
+               "students": dict(sorted(self.entries.items()))}
+        tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        os.replace(tmp, self.report_path)
+
+    # helpers ----------------------------------------------------------------
+    def submission(self, student: str) -> Path:
+        return self.root / "submitted" / student / self.assignment
+
+    def remove_outputs(self, student: str) -> None:
+        """Remove autograded and feedback output of a submission that has no valid grading."""
+        for top in ("autograded", "feedback"):
+            base = (self.root / top).resolve()
+            path = base / student / self.assignment
+            if path.is_symlink():
+                path.unlink()
+            elif path.is_dir() and path.resolve().is_relative_to(base):
+                shutil.rmtree(path)
+
+    def nbgrader_cmd(self, student: str) -> list[str]:
+        cmd = [sys.executable, "-m", "nbgrader", "autograde", self.assignment, "--student", student,
+               "--force", f"--CourseDirectory.root={self.root}",
+               f"--CourseDirectory.db_url={self.url}"]
+        if shutil.which("setpriv"):   # the worker dies when the runner dies (no orphan graders)
+            cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
+        return cmd
+
+    # one submission -------------------------------------------------------
+    def reject(self, student: str, reason: str) -> Result:
+        start = time.perf_counter()
+        with self.lock:
+            record_zero(self.url, self.course, self.assignment, student,
+                        submission_timestamp(self.submission(student)))
+        self.remove_outputs(student)
+        return Result(student, REJECTED, f"rejected: {reason}", *self.totals(student),
+                      cells=self.cell_table(student, {}), seconds=time.perf_counter() - start,
+                      sha256=folder_hash(self.submission(student)))
+
+    def grade(self, student: str, notes: list[str]) -> Result:
+        if self.stopping:
+            return Result(student, INTERRUPTED, "not started: the run was interrupted")
+        folder = self.submission(student)
+        before = folder_hash(folder)
+        with self.lock:
+            self.save(Result(student, GRADING, "grading started; if this stays, the run was "
+                             "interrupted and the gradebook may hold an older or incomplete grade",
+                             sha256=before))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{student}.log"
+        env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent),
+                                                     os.environ.get("PATH", "")]))
+        start = time.perf_counter()
+        timed_out = None
+        with open(log_path, "w", encoding="utf-8") as log:
+            proc = subprocess.Popen(self.nbgrader_cmd(student), cwd=self.root, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            self.procs[student] = proc
+            try:
+                rc = proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc, timed_out = proc.wait(), self.timeout
+            finally:
+                self.procs.pop(student, None)
+        seconds = time.perf_counter() - start
+        log_text = log_path.read_text(encoding="utf-8", errors="replace")
+        after = folder_hash(folder)
+        rel_log = str(log_path.relative_to(self.root))
+        if self.stopping and rc != 0:
+            return Result(student, INTERRUPTED, "interrupted: the run was stopped while grading it; "
+                          "the gradebook may hold an older or incomplete grade",
+                          log=rel_log, seconds=seconds, sha256=before)
+        grades = read_grades(self.url, self.course, self.assignment, student) if rc == 0 else None
+        incomplete = grades is not None and any(
+            g["auto_score"] is None and not g["manual"] for g in grades.values())
+        if rc == 0 and grades and not incomplete and after == before:
+            per_cell, extra = autograded_reasons(
+                self.root / "autograded" / student / self.assignment / f"{self.assignment}.ipynb")
+            cells = self.cell_table(student, per_cell, grades)
+            return Result(student, GRADED, graded_reason(cells), *self.totals(student, grades),
+                          cells=cells, notes=notes + extra, log=rel_log, seconds=seconds, sha256=before)
+        if after != before:
+            reason, grader_error = ("the submission's files changed while it was graded (did its code "
+                                    "write to them?); graded 0, check it by hand", False)
+        elif rc == 0:
+            reason, grader_error = ("nbgrader finished but left graded cells without a score", False)
+        else:
+            reason, grader_error = failure_reason(log_text, rc, timed_out)
+        if not grader_error:
+            with self.lock:
+                record_zero(self.url, self.course, self.assignment, student, submission_timestamp(folder))
+            self.remove_outputs(student)
+        totals = self.totals(student) if not grader_error else (None, None)
+        if notes:
+            reason += f" [{'; '.join(notes)}]"
+        return Result(student, FAILED, f"failed: {reason}", *totals,
+                      cells=self.cell_table(student, {}) if not grader_error else {},
+                      notes=notes, log=rel_log, seconds=seconds, sha256=before)
+
+    def totals(self, student: str, grades: dict | None = None) -> tuple[float | None, float | None]:
+        grades = grades if grades is not None else read_grades(self.url, self.course, self.assignment, student)
+        if not grades:
+            return None, None
+        return (sum(g["score"] for g in grades.values()), sum(g["max_score"] for g in grades.values()))
+
+    def cell_table(self, student: str, per_cell: dict, grades: dict | None = None) -> dict:
+        grades = grades if grades is not None else read_grades(self.url, self.course, self.assignment, student)
+        return {gid: {"score": g["score"], "max_score": g["max_score"], "manual": g["manual"],
+                      "why": per_cell.get(gid, [])} for gid, g in (grades or {}).items()}
+
+    # the class --------------------------------------------------------------
+    def run(self, names: list[str], echo=print) -> list[Result]:
+        self.course = course_id(self.url, self.assignment)
+        if self.course is None:
+            raise SystemExit(f"assignment {self.assignment!r} is not in the gradebook "
+                             f"{database.describe(self.url)}: run `make release` "
+                             f"(nbgrader generate_assignment) first")
+        self.load_report()
+        results, todo = [], []
+        total = len(names)
+
+        def done(result: Result) -> None:
+            with self.lock:
+                self.save(result)
+                results.append(result)
+                score = ("-" if result.score is None else f"{result.score:g}/{result.max_score:g}")
+                secs = f"{result.seconds:.1f} s" if result.seconds is not None else ""
+                echo(f"[{len(results)}/{total}] {self.assignment} {result.student}: {score} "
+                     f"{result.state} ({secs}) {result.reason}", flush=True)
+
+        for student in names:
+            reason, notes = precheck(self.root, self.assignment, student)
+            if reason:
+                done(self.reject(student, reason))
+            else:
+                todo.append((student, notes))
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
+        futures = {pool.submit(self.grade, s, n): s for s, n in todo}
+        try:
+            for fut in concurrent.futures.as_completed(futures):
+                try:
+                    done(fut.result())
+                except Exception as err:  # a bug or an unreachable gradebook: that one only
+                    done(Result(futures[fut], FAILED, f"failed: GRADER ERROR: {type(err).__name__}: {err}"))
+        except BaseException:
+            self.stopping = True
+            for proc in list(self.procs.values()):
+                proc.kill()
+            pool.shutdown(wait=True, cancel_futures=True)
+            finished = {r.student for r in results}
+            for fut, student in futures.items():
+                if student not in finished:
+                    result = fut.result() if fut.done() and not fut.cancelled() and fut.exception() is None \
+                        else Result(student, INTERRUPTED, "interrupted before it was graded")
+                    with self.lock:
+                        self.save(result)
+            raise
+        pool.shutdown()
+        return results
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("assignments", nargs="*", help="assignment names (or --all)")
+    parser.add_argument("--all", action="store_true", help="every assignment with submissions")
+    parser.add_argument("--students", nargs="+", help="only these students")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="submissions graded at once (default: the machine's cores)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        help=f"seconds one submission may take in all (default {DEFAULT_TIMEOUT_S})")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="course root (default: $COURSE_ROOT or this repository)")
+    args = parser.parse_args(argv)
+    root = (args.root or grading.course_root()).resolve()
+    names = args.assignments
+    if args.all:
+        names = [a for a in grading.assignments(root) if students(root, a)]
+        if not names:
+            print("no submissions in submitted/*/<assignment>/: nothing to grade")
+            return 0
+    if not names:
+        parser.error("name an assignment or give --all")
+    url = database.db_url(root)
+    signal.signal(signal.SIGTERM, _interrupt)
+    status = 0
+    print(f"gradebook: {database.describe(url)}; {args.jobs} job(s)", flush=True)
+    for a in names:
+        found = students(root, a)
+        chosen = [s for s in found if s in set(args.students)] if args.students else found
+        unknown = sorted(set(args.students or []) - set(found))
+        if unknown:
+            print(f"{a}: no submitted/<student>/{a} for {', '.join(unknown)}", file=sys.stderr)
+            status = 1
+        runner = Runner(root, a, url, args.jobs, args.timeout)
+        try:
+            results = runner.run(chosen)
+        except KeyboardInterrupt:
+            print(f"interrupted; report: {runner.report_path}", file=sys.stderr)
+            return 130
+        counts = {state: sum(r.state == state for r in results) for state in (GRADED, FAILED, REJECTED)}
+        print(f"{a}: {counts[GRADED]} graded, {counts[FAILED]} failed, {counts[REJECTED]} rejected; "
+              f"report {runner.report_path.relative_to(root)}", flush=True)
+        if counts[FAILED] or counts[REJECTED]:
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,160 @@
+"""Print a class summary of an assignment from the gradebook (``make summary``).
+
+    python -m autograder.summary [ASSIGNMENT...] [--root DIR]
+
+For each assignment (default: every one in the gradebook that has submissions) it prints, from
+the gradebook of ``autograder.database.db_url`` (``COURSE_DB_URL``):
+
+- a table, one row per submission: the score of every graded cell (``?`` where the cell needs a
+  manual grade and has none), the total, and the runner's state;
+- "not graded": submissions rejected or failed by ``autograder.grade_class`` with its reason
+  (from ``autograded/_reports/<a>.json``), those whose grading was interrupted, those whose
+  gradebook rows are incomplete (an autograded cell without a score), folders in ``submitted/``
+  with no gradebook row, and folders that changed since they were graded;
+- "lost points": per submission and cell, why (errors and stderr seen in the autograded notebook);
+- "needs manual grade": the cells a person still has to grade.
+
+Scores always come from the gradebook; the report only adds reasons. Exit status 0 (1 when an
+assignment named is not in the gradebook).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from autograder import database, grade_class, grading
+
+
+def gradebook_rows(url: str, assignment: str) -> tuple[list[str], dict[str, dict]]:
+    """(grade ids in notebook order, student -> grade_id -> (score, max_score, needs_manual,
+    auto_score, manual_score)) for every submission of ``assignment`` in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    course = grade_class.course_id(url, assignment)
+    with Gradebook(url, course) as gb:
+        a = gb.find_assignment(assignment)
+        ids = [gc.name for nb in a.notebooks for gc in nb.grade_cells]
+        rows = {}
+        for sub in a.submissions:
+            rows[sub.student.id] = {g.name: (float(g.score), float(g.max_score),
+                                             bool(g.needs_manual_grade), g.auto_score, g.manual_score)
+                                    for nb in sub.notebooks for g in nb.grades}
+    return ids, rows
+
+
+def load_report(root: Path, assignment: str) -> dict:
+    path = Path(root) / grade_class.REPORTS / f"{assignment}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("students", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def summarize(root: Path, assignment: str, url: str) -> str:
+    """The summary text of one assignment."""
+    root = Path(root).resolve()
+    ids, rows = gradebook_rows(url, assignment)
+    report = load_report(root, assignment)
+    submitted = grade_class.students(root, assignment)
+    out = [f"== {assignment}  ({len(rows)} submissions in the gradebook "
+           f"{database.describe(url)})"]
+    maximum = {}
+    for grades in rows.values():
+        for gid, (_, mx, *_) in grades.items():
+            maximum[gid] = mx
+    headers = ["student"] + ids + ["total", "state"]
+    table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + [f"/{sum(maximum.values()):g}", ""]]
+    not_graded, lost, manual = [], [], []
+    for student in sorted(set(rows) | set(submitted)):
+        entry = report.get(student, {})
+        grades = rows.get(student)
+        if grades is None:
+            table.append([student] + ["-"] * len(ids) + ["-", "no row"])
+            not_graded.append(f"{student}: submitted but not in the gradebook (run make autograde)")
+            continue
+        cells = []
+        for gid in ids:
+            if gid not in grades:
+                cells.append("-")
+                continue
+            score, _, man, auto, by_hand = grades[gid]
+            cells.append("?" if man and auto is None and by_hand is None else f"{score:g}")
+        state = entry.get("state", "no report")
+        table.append([student] + cells + [f"{sum(g[0] for g in grades.values()):g}", state])
+        if state in (grade_class.FAILED, grade_class.REJECTED, grade_class.INTERRUPTED):
+            not_graded.append(f"{student}: {entry.get('reason', '')}")
+        elif state == grade_class.GRADING:
+            not_graded.append(f"{student}: grading was interrupted (the runner stopped); the "
+                              f"gradebook may hold an older or incomplete grade: re-run make autograde")
+        incomplete = [gid for gid, (_, _, man, auto, _) in grades.items()
+                      if auto is None and man and grading_kind(root, assignment).get(gid) == "auto"]
+        if incomplete:
+            not_graded.append(f"{student}: autograded cells without a score ({', '.join(incomplete)}): "
+                              f"grading did not finish; re-run make autograde")
+        if entry.get("sha256") and student in submitted:
+            now = grade_class.folder_hash(root / "submitted" / student / assignment)
+            if now != entry["sha256"]:
+                not_graded.append(f"{student}: resubmitted after it was graded: the score is for the "
+                                  f"previous submission; re-run make autograde")
+        if state == grade_class.GRADED:
+            for gid, cell in entry.get("cells", {}).items():
+                if not cell.get("manual") and cell.get("score", 0) < cell.get("max_score", 0):
+                    why = "; ".join(cell.get("why") or []) or "no error shown (partial credit?)"
+                    lost.append(f"{student} {gid} {cell['score']:g}/{cell['max_score']:g}: {why}")
+            for note in entry.get("notes", []):
+                lost.append(f"{student} (note) {note}")
+        todo = [gid for gid, (_, _, man, *_) in grades.items() if man]
+        if todo:
+            manual.append(f"{student}: {', '.join(todo)}")
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(headers))]
+    out += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in table]
+    for title, items in (("not graded", not_graded), ("lost points", lost),
+                         ("needs manual grade", manual)):
+        out.append(f"-- {title} ({len(items)})")
+        out += [f"  {item}" for item in items] or ["  none"]
+    return "\n".join(out)
+
+
+_KINDS: dict = {}
+
+
+def grading_kind(root: Path, assignment: str) -> dict:
+    """grade_id -> "auto" | "manual" from the source notebook (cached)."""
+    key = (str(root), assignment)
+    if key not in _KINDS:
+        try:
+            nb = json.loads(grading.source_path(assignment, root).read_text(encoding="utf-8"))
+            _KINDS[key] = grading.graded_cells(nb)
+        except (OSError, ValueError):
+            _KINDS[key] = {}
+    return _KINDS[key]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("assignments", nargs="*")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="course root (default: $COURSE_ROOT or this repository)")
+    args = parser.parse_args(argv)
+    root = (args.root or grading.course_root()).resolve()
+    url = database.db_url(root)
+    names = args.assignments or [a for a in grading.assignments(root)
+                                 if grade_class.course_id(url, a) is not None
+                                 and (grade_class.students(root, a) or gradebook_rows(url, a)[1])]
+    if not names:
+        print(f"nothing graded in {database.describe(url)}")
+        return 0
+    status = 0
+    for a in names:
+        if grade_class.course_id(url, a) is None:
+            print(f"== {a}: not in the gradebook {database.describe(url)}")
+            status = 1
+            continue
+        print(summarize(root, a, url), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
