@@ -4,8 +4,17 @@ nbgrader reads this file from the current directory, so run nbgrader from the re
 (the Makefile does). Each setting below was checked against the installed nbgrader source.
 """
 import os
+import sys
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
+
+# The autograder package (sandbox, preprocessors) lives next to the installed `course` package;
+# this file is also copied into throw-away course roots, so find it through `course`.
+try:
+    import autograder.sandboxed_execute  # noqa: F401
+except ImportError:
+    import course
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(course.__file__))))
 
 # Layout: solutions/ holds the nbgrader SOURCE notebooks, notebooks/ the RELEASE (student)
 # versions made by `nbgrader generate_assignment` and committed.
@@ -13,8 +22,12 @@ c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "debug-course"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
-# The gradebook defaults to sqlite:///<root>/gradebook.db (git-ignored); CourseDirectory.db_url
-# takes any SQLAlchemy URL (nbgrader's FAQ recommends PostgreSQL for concurrent graders).
+# The gradebook: one setting, the environment variable COURSE_DB_URL (autograder/database.py).
+# Unset: SQLite <root>/gradebook.db (git-ignored), waiting up to 300 s for a lock instead of
+# nbgrader's 5 s; set: any SQLAlchemy URL (postgresql://... for concurrent graders).
+from autograder.database import db_url  # noqa: E402
+
+c.CourseDirectory.db_url = db_url(c.CourseDirectory.root)
 
 # Not copied into releases or autograded folders: nbgrader's defaults plus the jupytext text
 # twin solutions/<a>/<a>.py of each solution notebook (it holds the solutions).
@@ -30,6 +43,30 @@ c.Execute.timeout = 120
 # lines around the failing line, so a failing hidden test would print itself into the
 # autograded notebook and so into the feedback. (nbclient still adds the in-memory history file.)
 c.Execute.extra_arguments = ["--InteractiveShell.xmode=Minimal"]
+
+# Autograde runs student code only in the sandboxed kernel (autograder/sandbox.py: bubblewrap,
+# no network, no course root, an unprivileged uid, CPU/memory/process/file limits), through
+# SandboxedExecute in place of nbgrader's Execute. It refuses to grade when the sandbox cannot
+# run here, unless COURSE_ALLOW_UNSANDBOXED=1. It stops a notebook at the first cell past a limit
+# (time, output, a dead kernel): later cells get a NotRun error, so later tests score 0. It runs
+# the monkeypatch guard around each test cell. `nbgrader validate` keeps Execute and debug-course.
+# The c.Execute settings above apply to it too (subclass); the other six are nbgrader's defaults.
+c.Autograde.autograde_preprocessors = [
+    "autograder.sandboxed_execute.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.SandboxedExecute.kernel_name = "debug-course-sandboxed"
+c.SandboxedExecute.cpu_seconds = 600      # RLIMIT_CPU, whole kernel (a cell's wall limit is timeout)
+c.SandboxedExecute.memory_mb = 8192       # RLIMIT_AS (torch maps a few GB of address space)
+c.SandboxedExecute.max_processes = 256    # RLIMIT_NPROC of the kernel's own uid (threads count)
+c.SandboxedExecute.max_file_mb = 64       # RLIMIT_FSIZE
+c.SandboxedExecute.tmp_mb = 256           # each writable tmpfs (working directory, /tmp)
+c.SandboxedExecute.max_output_bytes = 2_000_000  # per cell; more is cut and the cell interrupted
 
 # A submission that deleted a test cell (or stripped its metadata) gets that cell back from the
 # gradebook and is graded on it, instead of "needs manual grade" (and a forced regrade no longer
