@@ -4,9 +4,11 @@
 #
 #   make lab        open the first notebook in JupyterLab (builds the venv first)
 #   make test       unit tests + end-to-end release/autograde tests + strict nbval of solutions
+#                   + every notebook run in JupyterLab in headless Chromium (make test-browser)
 #   make release    regenerate notebooks/ from solutions/ (commit the result)
 #   make solutions  rebuild solutions/<a>/<a>.ipynb from <a>.py (jupytext) and execute it in place
-#   make autograde  nbgrader autograde every assignment that has submissions in submitted/
+#   make autograde  grade every submission in submitted/, in parallel (autograder/grade_class.py)
+#   make summary    class summary from the gradebook: scores per cell, failures, manual grading
 #   make feedback   nbgrader generate_feedback for every autograded assignment
 #   make export     nbgrader export -> grades.csv
 #   make bench      print notebook execution and autograde times on this machine
@@ -30,7 +32,7 @@ SOLUTION_NOTEBOOKS = $(foreach a,$(ASSIGNMENTS),solutions/$(a)/$(a).ipynb)
 # jupyter refuses to start a server as root without --allow-root
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: venv lab test test-unit test-notebooks release solutions autograde feedback export bench clean
+.PHONY: venv lab test test-unit test-notebooks release solutions autograde summary feedback export bench clean test-browser system-deps sandbox
 
 venv: $(STAMP)
 
@@ -48,10 +50,10 @@ lab: venv
 	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)/notebooks" \
 	  "$(CURDIR)/notebooks/00_start_here/00_start_here.ipynb"
 
-test: test-unit test-notebooks
+test: test-unit test-notebooks test-browser
 
-test-unit: venv
-	$(BIN)/python -m pytest tests/
+test-unit: venv system-deps sandbox
+	$(BIN)/python -m pytest tests/ --ignore=tests/browser
 
 # Strict nbval: re-runs each solution notebook and compares outputs with the saved ones.
 # tests/conftest.py (loaded with -p: pytest would not apply it to solutions/) skips stderr.
@@ -60,6 +62,13 @@ test-notebooks: venv
 	  --nbval-kernel-name $(KERNEL) --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  $(SOLUTION_NOTEBOOKS),@echo "no solution notebooks: nbval skipped")
 
+# The course in a real browser (tests/browser): JupyterLab on loopback, every solution and student
+# notebook run in headless Chromium, widgets moved through the page, nbgrader's Validate and
+# Assignments views; screenshots in .screenshots/. Skips (saying why) without Chromium, unless CI
+# is set. BROWSER_VALIDATE=all validates every assignment (default: the first).
+test-browser: venv system-deps
+	$(BIN)/python -m pytest tests/browser
+
 release: venv
 	@set -e; for a in $(ASSIGNMENTS); do $(NBGRADER) generate_assignment "$$a" --force; done
 
@@ -67,11 +76,39 @@ solutions: venv
 	$(BIN)/python -m autograder.execute_notebooks $(SOLUTION_NOTEBOOKS)
 
 # generate_assignment first (via release): autograde needs the assignment's source cells in the
-# gradebook. A failed submission does not stop the others; the target fails at the end.
-autograde: release
-	@status=0; for a in $(ASSIGNMENTS); do \
-	  if compgen -G "submitted/*/$$a" >/dev/null; then \
-	    $(NBGRADER) autograde "$$a" --force || status=1; fi; done; exit $$status
+# gradebook. nbgrader autograde runs once per submission, JOBS at a time (default: all cores), on
+# the gradebook of COURSE_DB_URL (default SQLite gradebook.db). Every submission gets a score and
+# a reason (autograded/_reports/<a>.json); a failed one does not stop the others; the target
+# fails at the end when any could not be graded.
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+autograde: release sandbox
+	$(BIN)/python -m autograder.grade_class --all --jobs $(JOBS)
+
+# Autograde runs student code only in a bubblewrap sandbox (autograder/sandbox.py): register the
+# kernelspec debug-course-sandboxed in the venv and say whether the sandbox works here. Without it,
+# autograde refuses to run (COURSE_ALLOW_UNSANDBOXED=1 overrides) and the sandbox tests fail.
+sandbox: venv system-deps
+	@$(BIN)/python -m autograder.sandbox install
+	@$(BIN)/python -m autograder.sandbox check || true
+
+summary: venv
+	$(BIN)/python -m autograder.summary
+
+# Debian packages the tests need beyond Python: chromium (the browser test; Playwright drives it,
+# `playwright install` is never used), bubblewrap (the grading sandbox), postgresql (the
+# PostgreSQL gradebook test starts a server on loopback). Installed in one apt-get run when
+# missing and we are root, as on CI's fresh machine; otherwise each test that needs one skips and
+# says why (or fails, when CI is set).
+SYSTEM_PACKAGES = $(if $(wildcard /usr/bin/chromium),,chromium) \
+                  $(if $(shell command -v bwrap),,bubblewrap) \
+                  $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql)
+system-deps:
+	@missing="$(strip $(SYSTEM_PACKAGES))"; if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages: $$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) \
+	      || echo "could not install $$missing: the tests that need them will fail under CI"; \
+	  else echo "not installed: $$missing (as root: apt-get install -y $$missing); the tests that need them skip"; fi; fi
 
 feedback: venv
 	@status=0; for a in $(ASSIGNMENTS); do \

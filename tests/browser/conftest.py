@@ -5,7 +5,7 @@ Contract:
   Python ``playwright`` package (pinned in requirements.txt; ``playwright install`` is never
   needed). When either is missing the browser tests are skipped with a message saying what to
   install, unless the environment variable ``CI`` is set: then they fail, so CI cannot go green
-  without having run them. ``make browser-deps`` installs Chromium when run as root.
+  without having run them. ``make system-deps`` installs Chromium when run as root.
 - ``lab`` starts ``jupyter lab`` the way ``make lab`` does (working directory = the repository
   root, so nbgrader's Validate reads the course's ``nbgrader_config.py``), but on a free loopback
   port, with a random token, and rooted at a throw-away copy of the notebooks (running and
@@ -65,7 +65,7 @@ def _missing_requirement() -> str | None:
                 "(it is in requirements.txt: `make venv`)")
     if not os.access(CHROMIUM, os.X_OK):
         return (f"Chromium is not installed at {CHROMIUM} "
-                "(as root: `make browser-deps`, i.e. `apt-get install -y chromium`)")
+                "(as root: `make system-deps`, i.e. `apt-get install -y chromium`)")
     return None
 
 
