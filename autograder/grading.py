@@ -10,6 +10,7 @@ Contracts:
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -73,8 +74,10 @@ def make_course_copy(dst: Path, assignment_names: list[str] | None = None) -> Pa
 
 
 def db_url(root: Path) -> str:
-    """The SQLite gradebook URL inside course root ``root``."""
-    return f"sqlite:///{Path(root).resolve() / 'gradebook.db'}"
+    """The SQLite gradebook inside course root ``root``. Deliberately not ``COURSE_DB_URL``: the
+    throw-away course roots of the tests never touch an instructor's database."""
+    from .database import sqlite_url
+    return sqlite_url(root)
 
 
 def nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -131,6 +134,25 @@ def secret_lines(nb: dict, markers: tuple[str, str]) -> set[str]:
 def nbgrader_meta(cell: dict) -> dict:
     """The cell's ``metadata.nbgrader`` dict ({} when absent)."""
     return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def edit_cells(nb: dict, edits: dict) -> dict:
+    """A copy of notebook ``nb`` with cell sources replaced (or cells deleted, for None) by grade_id.
+    Raises KeyError naming any grade_id of ``edits`` that the notebook lacks."""
+    nb = json.loads(json.dumps(nb))
+    missing = set(edits) - {nbgrader_meta(c).get("grade_id") for c in nb["cells"]}
+    if missing:
+        raise KeyError(f"no cell with grade_id {sorted(missing)}")
+    cells = []
+    for cell in nb["cells"]:
+        gid = nbgrader_meta(cell).get("grade_id")
+        if gid in edits:
+            if edits[gid] is None:
+                continue
+            cell["source"] = edits[gid]
+        cells.append(cell)
+    nb["cells"] = cells
+    return nb
 
 
 def graded_cells(nb: dict) -> dict[str, str]:

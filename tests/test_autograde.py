@@ -15,7 +15,9 @@ submitted/<student>/<a>/, ``db student add``, ONE ``autograde`` of all students,
 import csv
 import html.parser
 import json
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,26 +78,6 @@ class Graded:
         return f"\n--- nbgrader log (last 3000 chars) ---\n{text[-3000:]}"
 
 
-def apply_edits(nb: dict, edits: dict) -> dict:
-    """A copy of notebook ``nb`` with cell sources replaced (or cells deleted, for None) by grade_id.
-    Raises KeyError naming any grade_id of ``edits`` that the notebook lacks."""
-    nb = json.loads(json.dumps(nb))
-    found = {grading.nbgrader_meta(c).get("grade_id") for c in nb["cells"]}
-    missing = set(edits) - found
-    if missing:
-        raise KeyError(f"no cell with grade_id {sorted(missing)}")
-    cells = []
-    for cell in nb["cells"]:
-        gid = grading.nbgrader_meta(cell).get("grade_id")
-        if gid in edits:
-            if edits[gid] is None:
-                continue
-            cell["source"] = edits[gid]
-        cells.append(cell)
-    nb["cells"] = cells
-    return nb
-
-
 def grade(tmp: Path, assignment: str) -> Graded:
     """Run the whole nbgrader pipeline for ``assignment`` in course root ``tmp``."""
     root = grading.make_course_copy(tmp, [assignment])
@@ -111,7 +93,7 @@ def grade(tmp: Path, assignment: str) -> Graded:
             try:
                 if case.student in submissions:
                     raise ValueError(f"student name {case.student!r} is taken")
-                submissions[case.student] = apply_edits(source, case.edits)
+                submissions[case.student] = grading.edit_cells(source, case.edits)
             except (KeyError, ValueError) as err:
                 unusable[id(case)] = str(err)
     for student, nb in submissions.items():
@@ -125,16 +107,30 @@ def grade(tmp: Path, assignment: str) -> Graded:
                   unusable)
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """graded(assignment) -> Graded; the first call per assignment runs nbgrader, later ones reuse it."""
-    runs = {}
+def _selected_assignments(request) -> list:
+    """The assignments that the selected tests of this module grade (all, unless -k narrowed them)."""
+    wanted = set()
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.module is request.module:
+            wanted.add(params.get("assignment") or getattr(params.get("case"), "assignment", None))
+    return [a for a in ASSIGNMENTS if a in wanted]
 
-    def get(assignment):
-        if assignment not in runs:
-            runs[assignment] = grade(tmp_path_factory.mktemp(f"course-{assignment}"), assignment)
-        return runs[assignment]
-    return get
+
+@pytest.fixture(scope="module")
+def graded(request, tmp_path_factory):
+    """graded(assignment) -> Graded. Every selected assignment is graded at once, one nbgrader
+    pipeline per core (each is a chain of subprocesses, so threads suffice); later calls reuse it."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        runs = {a: pool.submit(grade, tmp_path_factory.mktemp(f"course-{a}"), a)
+                for a in _selected_assignments(request)}
+
+        def get(assignment):
+            if assignment not in runs:
+                runs[assignment] = pool.submit(grade, tmp_path_factory.mktemp(f"course-{assignment}"),
+                                               assignment)
+            return runs[assignment].result()
+        yield get
 
 
 def _text(page: str) -> str:

@@ -134,20 +134,6 @@ def _notebook(cells, name):
     return nb
 
 
-def _edit(nb, edits):
-    nb = json.loads(json.dumps(nb))
-    cells = []
-    for cell in nb["cells"]:
-        gid = grading.nbgrader_meta(cell).get("grade_id")
-        if gid in edits:
-            if edits[gid] is None:
-                continue
-            cell["source"] = edits[gid]
-        cells.append(cell)
-    nb["cells"] = cells
-    return nb
-
-
 def _grade(root, assignment, source, submissions, limits=()):
     folder = root / "solutions" / assignment
     folder.mkdir(parents=True)
@@ -197,7 +183,7 @@ def toy_class(tmp_path_factory, listener):
     root = grading.make_course_copy(tmp_path_factory.mktemp("hostile"), [])
     cases = toy_cases(root, listener.getsockname()[1])
     log = _grade(root, "toy", toy_course.toy_notebook(),
-                 lambda src: {s: _edit(src, edits) for s, (edits, _, _) in cases.items()}, LIMITS)
+                 lambda src: {s: grading.edit_cells(src, edits) for s, (edits, _, _) in cases.items()}, LIMITS)
     return Run(root, "toy", log), cases
 
 
@@ -208,8 +194,8 @@ def guarded_class(tmp_path_factory):
     source = _notebook(GUARDED_SOURCE, "guarded")
 
     def submissions(src):
-        subs = {"good": src, "wrong": _edit(src, {"halve": WRONG})}
-        subs.update({s: _edit(src, {"halve": code}) for s, (code, _) in GUARD_CASES.items()})
+        subs = {"good": src, "wrong": grading.edit_cells(src, {"halve": WRONG})}
+        subs.update({s: grading.edit_cells(src, {"halve": code}) for s, (code, _) in GUARD_CASES.items()})
         return subs
     return Run(root, "guarded", _grade(root, "guarded", source, submissions))
 
