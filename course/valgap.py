@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .data import Batch, MarkovLanguage
-from .pipeline import Pipeline, _language, _windows, token_cross_entropy
+from .pipeline import Pipeline, _language, _windows, set_eval_mode, token_cross_entropy
 from .train import evaluate, start, train_steps
 
 
@@ -147,22 +147,13 @@ def per_sequence_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 # ----- measurements -------------------------------------------------------------------------------
-@torch.no_grad()
 def reference_loss(model: torch.nn.Module, pipe: Pipeline, split: str = "train", batch_size: int = 256) -> float:
-    """The loss a correct eval path reports: ``model.eval()``, mean reference cross-entropy over scored
-    targets, the same batches as ``course.train.evaluate``. It uses none of the pipeline's
-    evaluation parts, so comparing it with ``evaluate`` on the same split compares like with like."""
-    was_training = model.training
-    model.eval()
-    windows = pipe.windows(split)
-    total, count = 0.0, 0
-    for i in range(0, len(windows), batch_size):
-        batch = pipe.collate(windows[i:i + batch_size], pipe.language().PAD)
-        n = int(batch.scored.sum())
-        total += token_cross_entropy(model(batch.inputs), batch).item() * n
-        count += n
-    model.train(was_training)
-    return total / count if count else float("nan")
+    """The loss a correct eval path reports: ``course.train.evaluate`` with the reference evaluation
+    parts (``model.eval()``, mean token cross-entropy over scored targets) in place of the
+    pipeline's own, on the same batches. Comparing it with ``evaluate`` on the same split compares
+    like with like."""
+    reference = pipe.replace(eval_mode=set_eval_mode, eval_loss_fn=token_cross_entropy)
+    return evaluate(model, reference, split, batch_size)
 
 
 @dataclass
