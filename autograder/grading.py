@@ -37,6 +37,32 @@ class Case:
     student: str
     edits: dict[str, str | None]
     expect_lost: set[str] = field(default_factory=set)
+    alone: bool = False  # never graded in one submission with other cases (see ``pack``)
+
+
+def pack(cases: list[Case], source: dict, most: int = 8) -> list[list[Case]]:
+    """Group the cases of one assignment into submissions: each autograde runs the whole notebook,
+    so cases that edit different answer cells and expect different test cells lost share one
+    submission (up to ``most`` a group). A case stays alone when it says so, deletes a cell, or
+    edits anything but answer (solution) cells: those exercise nbgrader's own restore rules.
+    Order is kept, so the grouping is deterministic."""
+    answer_cells = {nbgrader_meta(c).get("grade_id") for c in source["cells"]
+                    if nbgrader_meta(c).get("solution") and not nbgrader_meta(c).get("grade")}
+    groups: list[list[Case]] = []
+    shared: list[bool] = []  # may the group take more cases?
+    for case in cases:
+        packable = (not case.alone and set(case.edits) <= answer_cells
+                    and all(v is not None for v in case.edits.values()))
+        for i, group in enumerate(groups):
+            if (packable and shared[i] and len(group) < most
+                    and all(not (set(c.edits) & set(case.edits)) and not (c.expect_lost & case.expect_lost)
+                            for c in group)):
+                group.append(case)
+                break
+        else:
+            groups.append([case])
+            shared.append(packable)
+    return groups
 
 
 def course_root() -> Path:

@@ -124,11 +124,15 @@ class MarkovLanguage:
         return (n_first * self.bigram_entropy + n_rest * self.entropy_rate) / max(1, n_first + n_rest)
 
     def baselines(self, seq_len: int) -> dict[str, float]:
-        """The reference lines every loss plot carries, by name."""
+        """The reference lines every loss plot carries, by name.
+
+        The lowest line is the **window floor** ``loss_floor(seq_len)``, the best mean loss over a
+        ``seq_len``-target window (its first target has one token of context), which sits above the
+        **entropy rate** (``entropy_rate``, the per-token limit of an infinitely long sequence)."""
         return {
             "uniform ln(V)": self.uniform_loss,
             "unigram H(pi)": self.unigram_entropy,
-            "entropy rate": self.loss_floor(seq_len),
+            "window floor": self.loss_floor(seq_len),
         }
 
     # ----- sampling ---------------------------------------------------------------------------

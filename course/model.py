@@ -95,17 +95,22 @@ class Attention(nn.Module):
 
     def mask(self, T: int, S: int, device) -> torch.Tensor:
         """Boolean (T, S): may query i (absolute position S-T+i) attend to key j?"""
-        qpos = torch.arange(S - T, S, device=device).unsqueeze(1)
-        kpos = torch.arange(S, device=device).unsqueeze(0)
-        if self.cfg.attention == "causal":
-            return kpos <= qpos
-        if self.cfg.attention == "self":
-            return kpos == qpos
-        if self.cfg.attention == "strict":
-            return kpos < qpos
-        if self.cfg.attention == "none":
-            return torch.ones(T, S, dtype=torch.bool, device=device)
-        raise ValueError(f"unknown attention mask {self.cfg.attention!r}")
+        return attention_mask(self.cfg.attention, T, S, device)
+
+
+def attention_mask(kind: str, T: int, S: int, device=None) -> torch.Tensor:
+    """The boolean (T, S) mask of ``kind`` for the last T of S positions (see ``ModelConfig.attention``)."""
+    qpos = torch.arange(S - T, S, device=device).unsqueeze(1)
+    kpos = torch.arange(S, device=device).unsqueeze(0)
+    if kind == "causal":
+        return kpos <= qpos
+    if kind == "self":
+        return kpos == qpos
+    if kind == "strict":
+        return kpos < qpos
+    if kind == "none":
+        return torch.ones(T, S, dtype=torch.bool, device=device)
+    raise ValueError(f"unknown attention mask {kind!r}")
 
 
 class Block(nn.Module):
@@ -155,13 +160,18 @@ class TinyGPT(nn.Module):
         B, T = ids.shape
         if start + T > self.cfg.n_ctx:
             raise ValueError(f"positions {start}..{start + T - 1} exceed n_ctx={self.cfg.n_ctx}")
-        x = self.tok(ids)
-        if self.cfg.use_positions:
-            x = x + self.pos(torch.arange(start, start + T, device=ids.device))
+        x = self.add_positions(self.tok(ids), start)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])
         return self.head(self.ln_f(x))
+
+    def add_positions(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Token embeddings ``x`` (B, T, D) plus the position embeddings of ``start .. start+T-1``
+        (unchanged when ``cfg.use_positions`` is off)."""
+        if not self.cfg.use_positions:
+            return x
+        return x + self.pos(torch.arange(start, start + x.shape[1], device=x.device))
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

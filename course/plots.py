@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-LINE_STYLES = {"uniform ln(V)": ":", "unigram H(pi)": "--", "entropy rate": "-."}
+LINE_STYLES = {"uniform ln(V)": ":", "unigram H(pi)": "--", "window floor": "-."}
 
 
 def loss_plot(curves: dict[str, list[float]], baselines: dict[str, float], ax=None, title: str = "", ylim=None):

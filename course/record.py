@@ -29,3 +29,15 @@ class Diagnosis:
         if len(set(self.hypotheses)) != len(self.hypotheses):
             found.append("two hypotheses are the same")
         return found
+
+
+def reveal(what: str, prediction, measured) -> None:
+    """Print a prediction beside what was measured: the "predict, then reveal" step of an exercise.
+
+    ``prediction`` is whatever the learner wrote in the Predict cell (``None`` while it is blank).
+    Nothing is graded: the point is to have committed to an answer before seeing it.
+    """
+    guess = "(blank: write your guess in the Predict cell above, then run both cells again)" \
+        if prediction is None else repr(prediction)
+    shown = measured if isinstance(measured, str) else repr(measured)
+    print(f"{what}\n  you predicted: {guess}\n  measured:      {shown}")

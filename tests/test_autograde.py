@@ -41,6 +41,7 @@ class Graded:
     students: list
     log: str                # autograde + feedback output, for failure messages
     unusable: dict          # id(case) -> why that case could not be submitted
+    packed: dict            # id(case) -> (the student it was submitted as, every cell its group loses)
 
     def scores(self, student):
         return grading.scores(self.root, self.assignment, student)
@@ -87,15 +88,24 @@ def grade(tmp: Path, assignment: str) -> Graded:
     release = grading.release_path(assignment)
     if release.exists():
         submissions[RELEASE] = json.loads(release.read_text(encoding="utf-8"))
-    unusable = {}
+    unusable, usable, names = {}, [], set(submissions)
     for case in CASES:
         if case.assignment == assignment:
             try:
-                if case.student in submissions:
+                if case.student in names:
                     raise ValueError(f"student name {case.student!r} is taken")
-                submissions[case.student] = grading.edit_cells(source, case.edits)
+                names.add(case.student)
+                grading.edit_cells(source, case.edits)
+                usable.append(case)
             except (KeyError, ValueError) as err:
                 unusable[id(case)] = str(err)
+    # cases on different answer cells share a submission (grading.pack): one autograde each group
+    packed = {}
+    for group in grading.pack(usable, source):
+        student = group[0].student if len(group) == 1 else "pack_" + "_".join(c.student for c in group)[:80]
+        submissions[student] = grading.edit_cells(source, {k: v for c in group for k, v in c.edits.items()})
+        for case in group:
+            packed[id(case)] = (student, set().union(*(c.expect_lost for c in group)))
     for student, nb in submissions.items():
         folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True)
@@ -104,7 +114,7 @@ def grade(tmp: Path, assignment: str) -> Graded:
     log = grading.nbgrader(root, "autograde", assignment, "--force", check=False).stdout
     log += grading.nbgrader(root, "generate_feedback", assignment, "--force", check=False).stdout
     return Graded(root, assignment, source, grading.graded_cells(source), list(submissions), log,
-                  unusable)
+                  unusable, packed)
 
 
 def _selected_assignments(request) -> list:
@@ -223,16 +233,20 @@ def test_case_loses_exactly_the_expected_cells(graded, case):
     auto = run.auto_ids()
     assert case.expect_lost <= auto, f"expect_lost names no autograder-test cell: " \
                                      f"{sorted(case.expect_lost - auto)}"
-    scores = run.scores(case.student)
+    # A packed case shares its submission with cases on other answers: its own lost cells must score
+    # 0, and every cell that no case of the group expects lost must score full.
+    student, group_lost = run.packed[id(case)]
+    others = group_lost - case.expect_lost
+    scores = run.scores(student)
     assert auto <= set(scores), f"no score for {sorted(auto - set(scores))}" \
-                                f"{run.context(case.student)}"
+                                f"{run.context(student)}"
     wrong = {gid: f"scored {scores[gid][0]:g}/{scores[gid][1]:g}, expected "
                   f"{0 if gid in case.expect_lost else scores[gid][1]:g}; "
-                  f"outputs {run.why(case.student, gid)}"
-             for gid in sorted(auto) if (scores[gid][0] == 0) != (gid in case.expect_lost)
+                  f"outputs {run.why(student, gid)}"
+             for gid in sorted(auto - others) if (scores[gid][0] == 0) != (gid in case.expect_lost)
              or 0 < scores[gid][0] < scores[gid][1]}
-    assert not wrong, f"test cells not scored as the case expects: {wrong}" \
-                      f"{run.context(case.student)}"
+    assert not wrong, f"test cells not scored as the case expects (submitted as {student}): {wrong}" \
+                      f"{run.context(student)}"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

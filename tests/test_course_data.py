@@ -147,7 +147,7 @@ def test_loss_floor_is_bigram_then_entropy_rate():
     for T in (1, 2, 16, 32):
         expected = (LANG.bigram_entropy + (T - 1) * LANG.entropy_rate) / T
         assert LANG.loss_floor(T) == pytest.approx(expected, rel=1e-14), f"loss_floor({T}) is not (bigram + (T-1) rate) / T"
-    assert LANG.baselines(32)["entropy rate"] == LANG.loss_floor(32)
+    assert LANG.baselines(32)["window floor"] == LANG.loss_floor(32)
     assert LANG.baselines(32)["uniform ln(V)"] == LANG.uniform_loss
     assert LANG.baselines(32)["unigram H(pi)"] == LANG.unigram_entropy
 

@@ -1,0 +1,299 @@
+"""Mystery pipelines: a healthy or broken pipeline, drawn by seed, that does not say which it is.
+
+A mystery exercise hands the learner a pipeline with a symptom and nothing else: the learner must
+test it, name the cause and fix it. So nothing *static* about a mystery pipeline may reveal the
+bug. ``draw`` makes sure of that:
+
+* **Every part is a ``Part``**, healthy or broken: one type, one repr (``<part>``), no name, no
+  fields to read. The function inside is held in a private slot.
+* **Settings never differ.** A bug that the catalogue expresses as a changed setting (a learning
+  rate of 0, a clip of 1e-12, a tiny training set, a broken attention mask or missing positions) is
+  moved into a part (the optimizer factory, the update, the batch stream, the model's preparation),
+  and the setting shows the healthy value. A bug that cannot be moved raises ``NotOpaque``.
+* **The configuration is drawn independently of the bug** (language, data and validation seeds,
+  learning rate, warm-up), from its own random stream, so its distribution is the same for every
+  bug: a function of the settings cannot beat chance. The configuration is still the draw's own,
+  so a "fix" that returns a fresh reference pipeline changes it and is caught.
+* **Hidden tests pass a salt** the learner never sees, so a table built from visible draws does
+  not predict hidden ones.
+
+What it cannot stop: the function inside a ``Part`` is reachable by name-mangled attribute, and
+calling a part shows what it does (that is a test, and allowed). ``reveal`` and ``draw`` are package
+functions: grading switches them off (``course.grading.switched_off``) while learner code runs.
+
+Grading a fix: ``touched(pipe)`` names the fields the bug lives in; ``check_fix`` applies a learner's
+``fix`` and insists that every other field is the same object, then hands the fixed pipeline to a
+behavioural check (train it on fresh seeds, look at the symptom).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import random
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from .bugs import inject
+from .model import Attention, TinyGPT, attention_mask
+from .pipeline import Pipeline, _windows
+
+HEALTHY = "healthy"
+PART_FIELDS = ("collate", "loss_fn", "optimizer_factory", "make_optimizer", "prepare", "update",
+               "val_source", "eval_loss_fn", "eval_mode", "batches")
+
+
+class NotOpaque(ValueError):
+    """The bug changes a setting that ``draw`` cannot move into a part."""
+
+
+class Part:
+    """A part of a mystery pipeline: calls the function it holds, and says nothing about it."""
+
+    __slots__ = ("__fn",)
+
+    def __init__(self, fn: Callable):
+        self.__fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.__fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return "<part>"
+
+
+# ----- defaults for the parts a plain Pipeline leaves as None -------------------------------------
+def _reference_val(pipe: Pipeline) -> torch.Tensor:
+    return _windows(pipe.n_symbols, pipe.language_seed, pipe.n_val, pipe.seq_len + 1, pipe.val_seed, pipe.min_len)
+
+
+def _reference_batches(pipe: Pipeline, seed: int, step: int):
+    from .train import windows_at
+    return pipe.collate(windows_at(pipe, seed, step), pipe.language().PAD)
+
+
+# ----- settings moved into parts -------------------------------------------------------------------
+@dataclass(frozen=True)
+class _FactoryWith:
+    """An optimizer factory that builds with its own lr / weight decay, whatever it is passed."""
+    inner: Callable
+    lr: float | None
+    weight_decay: float | None
+
+    def __call__(self, params, lr, weight_decay):
+        return self.inner(params, lr if self.lr is None else self.lr,
+                          weight_decay if self.weight_decay is None else self.weight_decay)
+
+
+@dataclass(frozen=True)
+class _ClipThenUpdate:
+    """An update that clips every gradient the optimizer holds to ``clip`` first."""
+    inner: Callable
+    clip: float
+
+    def __call__(self, optimizer):
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if params:
+            torch.nn.utils.clip_grad_norm_(params, self.clip)
+        return self.inner(optimizer)
+
+
+@dataclass(frozen=True)
+class _SubsetBatches:
+    """The batch stream of a pipeline whose training set is only ``n_train`` windows."""
+    inner: Callable
+    n_train: int
+
+    def __call__(self, pipe: Pipeline, seed: int, step: int):
+        return self.inner(pipe.replace(n_train=self.n_train), seed, step)
+
+
+def _mask_as(kind: str, T: int, S: int, device=None) -> torch.Tensor:
+    return attention_mask(kind, T, S, device)
+
+
+def _positions_as(model: TinyGPT, use: bool, x: torch.Tensor, start: int) -> torch.Tensor:
+    if not use:
+        return x
+    return x + model.pos(torch.arange(start, start + x.shape[1], device=x.device))
+
+
+@dataclass(frozen=True)
+class _Rewire:
+    """A model preparation that sets each attention's mask and the position embedding per instance
+    (healthy draws get the healthy ones, so the instance attributes exist either way)."""
+    inner: Callable
+    attention: str
+    use_positions: bool
+
+    def __call__(self, model):
+        model = self.inner(model)
+        for m in model.modules():
+            if isinstance(m, Attention):
+                m.mask = Part(functools.partial(_mask_as, self.attention))
+            if isinstance(m, TinyGPT):
+                m.add_positions = Part(functools.partial(_positions_as, m, self.use_positions))
+        return model
+
+
+_MODEL_FIELDS_MOVABLE = ("attention", "use_positions")
+
+
+def _opaque(healthy: Pipeline, broken: Pipeline) -> tuple[Pipeline, tuple[str, ...]]:
+    """``broken`` with every part wrapped and every changed setting moved into a part; also the
+    names of the fields whose behaviour differs from ``healthy`` (where the bug lives)."""
+    parts = {f: getattr(broken, f) for f in PART_FIELDS}
+    parts["val_source"] = parts["val_source"] or _reference_val
+    parts["eval_loss_fn"] = parts["eval_loss_fn"] or healthy.loss_fn
+    parts["batches"] = parts["batches"] or _reference_batches
+    touched = {f for f in PART_FIELDS if getattr(broken, f) is not getattr(healthy, f)}
+    values = {}
+    for f in dataclasses.fields(Pipeline):
+        name = f.name
+        if name in PART_FIELDS or name == "bugs":
+            continue
+        h, b = getattr(healthy, name), getattr(broken, name)
+        values[name] = h
+        if h == b:
+            continue
+        if name in ("lr", "weight_decay"):
+            parts["optimizer_factory"] = _FactoryWith(parts["optimizer_factory"],
+                                                      broken.lr if name == "lr" else None,
+                                                      broken.weight_decay if name == "weight_decay" else None)
+            touched.add("optimizer_factory")
+        elif name == "clip" and b is not None and (h is None or b < h):
+            parts["update"] = _ClipThenUpdate(parts["update"], b)
+            touched.add("update")
+        elif name == "n_train" and b < h:
+            parts["batches"] = _SubsetBatches(parts["batches"], b)
+            touched.add("batches")
+        elif name == "model":
+            changed = [k for k in dataclasses.asdict(h) if getattr(h, k) != getattr(b, k)]
+            if not set(changed) <= set(_MODEL_FIELDS_MOVABLE):
+                raise NotOpaque(f"the model setting(s) {changed} cannot be hidden in a part")
+            touched.add("prepare")
+        else:
+            raise NotOpaque(f"the setting {name!r} ({h!r} -> {b!r}) cannot be hidden in a part")
+    parts["prepare"] = _Rewire(parts["prepare"], broken.model.attention, broken.model.use_positions)
+    wrapped = {f: Part(fn) for f, fn in parts.items()}
+    return Pipeline(**values, **wrapped, bugs=()), tuple(sorted(touched))
+
+
+# ----- drawing ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Secret:
+    answer: str
+    touched: tuple[str, ...]
+    config: dict
+
+
+_SECRETS: "weakref.WeakKeyDictionary[Pipeline, _Secret]" = weakref.WeakKeyDictionary()
+
+
+def _config(base: Pipeline, rng: random.Random) -> dict:
+    """The draw's own configuration: seeds and a learning rate around the base's."""
+    return {
+        "language_seed": rng.randrange(1, 10_000),
+        "data_seed": rng.randrange(1, 10_000),
+        "val_seed": rng.randrange(10_000, 20_000),
+        "lr": float(f"{base.lr * math.exp(rng.uniform(-0.35, 0.35)):.3g}"),
+        "warmup": max(1, round(base.warmup * rng.uniform(0.6, 1.2))),
+    }
+
+
+def draw(candidates: Sequence[str], seed: int, base: Pipeline | None = None, salt: str = "") -> Pipeline:
+    """An opaque pipeline: one of ``candidates`` (bug names, or ``"healthy"``) injected into ``base``
+    (default: the reference) under a configuration of its own, both chosen by ``seed`` and ``salt``.
+
+    The bug and the configuration come from independent random streams. ``reveal(pipe)`` tells the
+    answer; ``touched(pipe)`` the fields the bug lives in.
+    """
+    if not candidates:
+        raise ValueError("draw needs at least one candidate")
+    base = Pipeline() if base is None else base
+    answer = random.Random(f"{salt}|{seed}|bug").choice(list(candidates))
+    return make(answer, seed, base, salt)
+
+
+def make(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -> Pipeline:
+    """Like ``draw``, with the answer chosen by the caller (for grading fresh draws of one bug)."""
+    base = Pipeline() if base is None else base
+    config = _config(base, random.Random(f"{salt}|{seed}|config"))
+    healthy = base.replace(**config)
+    broken = healthy if answer == HEALTHY else inject(healthy, answer)
+    pipe, touched_fields = _opaque(healthy, broken)
+    _SECRETS[pipe] = _Secret(answer, touched_fields, config)
+    return pipe
+
+
+def reveal(pipe: Pipeline) -> str:
+    """The answer of a drawn pipeline: the bug's name, or ``"healthy"``. Switched off while graded."""
+    return _secret(pipe).answer
+
+
+def touched(pipe: Pipeline) -> tuple[str, ...]:
+    """The fields of a drawn pipeline whose behaviour the bug changed (empty for a healthy draw)."""
+    return _secret(pipe).touched
+
+
+def _secret(pipe: Pipeline) -> _Secret:
+    try:
+        return _SECRETS[pipe]
+    except (KeyError, TypeError):
+        raise KeyError("this pipeline was not made by course.mystery.draw") from None
+
+
+def signature(pipe: Pipeline) -> tuple:
+    """What can be read off a pipeline without running it: each field's repr and type name."""
+    return tuple((f.name, type(getattr(pipe, f.name)).__name__, repr(getattr(pipe, f.name)))
+                 for f in dataclasses.fields(pipe))
+
+
+# ----- grading a fix ------------------------------------------------------------------------------
+def kept_problems(original: Pipeline, fixed: Pipeline) -> list[str]:
+    """What ``fixed`` changed that the bug of ``original`` did not touch (empty if nothing)."""
+    if not isinstance(fixed, Pipeline):
+        return [f"a fix must return a Pipeline (pipe.replace(part=...)), not {type(fixed).__name__}"]
+    allowed = set(touched(original))
+    problems = []
+    for f in dataclasses.fields(Pipeline):
+        if f.name in allowed or f.name == "bugs":
+            continue
+        a, b = getattr(original, f.name), getattr(fixed, f.name)
+        same = a is b if f.name in PART_FIELDS else a == b
+        if not same:
+            kind = "part" if f.name in PART_FIELDS else "setting"
+            problems.append(f"the {kind} {f.name!r} was not broken, but your fix changed it")
+    if not any(getattr(original, f) is not getattr(fixed, f) for f in allowed):
+        problems.append("your fix left every broken part as it was")
+    return problems
+
+
+def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
+              symptom: Callable[[Pipeline], str | None], what: str = "fix",
+              off: Iterable[Callable] = ()) -> None:
+    """Grade ``fix`` on drawn ``pipes`` (fresh draws of the bug it is meant for): for each, the fixed
+    pipeline must keep every field the bug did not touch, and ``symptom(fixed)`` (a behavioural check
+    that trains it, returning a problem or None) must find nothing. ``reveal``, ``draw`` and ``make``
+    are switched off while ``fix`` runs, with the functions in ``off``."""
+    from .grading import captured_warnings, switched_off
+
+    pipes = list(pipes)
+    assert pipes, "grade a fix on at least one draw"
+    failures = []
+    for i, pipe in enumerate(pipes):
+        with captured_warnings(), switched_off(reveal, draw, make, touched, *off):
+            fixed = fix(pipe)
+        problems = kept_problems(pipe, fixed)
+        if not problems:
+            with captured_warnings():
+                found = symptom(fixed)
+            if found:
+                problems.append(found)
+        if problems:
+            failures.append(f"draw {i}: " + "; ".join(problems))
+    assert not failures, f"your {what} did not hold up on fresh draws of the same bug: " + " | ".join(failures)
