@@ -1,0 +1,105 @@
+"""course.grading: what a test cell relies on to grade work and not typing."""
+import warnings
+
+import pytest
+
+from course import grading
+from course.grading import SwitchedOff, assert_detector, assert_names, captured_warnings, fires, switched_off
+from course.record import reveal
+
+
+def _module_function(x):
+    return x + 1
+
+
+def _closure(k):
+    def inner(x):
+        return x * k
+    return inner
+
+
+class _Policy:
+    def observe(self, x):
+        return x > 0
+
+
+def test_switched_off_reaches_saved_references_and_restores():
+    saved = _module_function
+    times = _closure(3)
+    method = _Policy.observe
+    with switched_off(_module_function, times, _Policy.observe):
+        for call in (lambda: saved(1), lambda: times(2), lambda: _Policy().observe(1), lambda: method(_Policy(), 1)):
+            with pytest.raises(SwitchedOff, match="switched off while your answer is graded"):
+                call()
+    assert (saved(1), times(2), _Policy().observe(1)) == (2, 6, True)
+
+
+def test_switched_off_restores_after_an_error():
+    with pytest.raises(ZeroDivisionError):
+        with switched_off(_module_function):
+            1 / 0
+    assert _module_function(1) == 2
+
+
+def test_switched_off_refuses_what_it_cannot_switch_off():
+    with pytest.raises(TypeError):
+        with switched_off(len):
+            pass
+
+
+def _reject(x):
+    if x < 0:
+        raise ValueError("negative")
+
+
+def test_fires_counts_only_the_specified_rejections():
+    assert fires(_reject, -1) is True
+    assert fires(_reject, 1) is False
+    with pytest.raises(AssertionError, match="crashed with TypeError"):
+        fires(_reject, "a string")
+    with pytest.raises(NotImplementedError):
+        fires(lambda: (_ for _ in ()).throw(NotImplementedError()))
+    assert fires(_reject, -1, rejects=(ValueError,)) is True
+    with pytest.raises(AssertionError, match="crashed with ValueError"):
+        fires(_reject, -1, rejects=(KeyError,))
+
+
+def test_captured_warnings_go_to_stdout_not_stderr(capsys):
+    with captured_warnings():
+        warnings.warn("torch says so", UserWarning)
+        warnings.warn("torch says so", UserWarning)
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.count("torch says so") == 1 and "not counted against you" in out
+    assert grading.quiet is captured_warnings
+
+
+def test_assert_detector_fails_constant_and_non_bool_answers():
+    healthy, broken = {"h": 1}, {"b": -1}
+    assert_detector(lambda x: x < 0, healthy, broken)
+    for constant in (True, False):
+        with pytest.raises(AssertionError):
+            assert_detector(lambda x, c=constant: c, healthy, broken)
+    with pytest.raises(AssertionError, match="must return True or False"):
+        assert_detector(lambda x: "yes", healthy, broken)
+    with pytest.raises(ValueError):
+        assert_detector(lambda x: x < 0, {}, broken)
+
+
+def test_assert_detector_switches_off_what_it_is_told():
+    with pytest.raises(SwitchedOff):
+        assert_detector(lambda x: _module_function(x) < 0, {"h": 1}, {"b": -5}, off=[_module_function])
+
+
+def test_assert_names_fails_a_constant():
+    cases = {"a": (1, "pos"), "b": (-1, "neg")}
+    assert_names(lambda x: "pos" if x > 0 else "neg", cases)
+    with pytest.raises(AssertionError, match="named some cases wrongly"):
+        assert_names(lambda x: "pos", cases)
+
+
+def test_reveal_prints_the_prediction_beside_the_measurement(capsys):
+    reveal("loss at init", None, 2.89)
+    reveal("loss at init", 2.5, 2.89)
+    out = capsys.readouterr().out
+    assert "blank" in out and "you predicted: 2.5" in out and out.count("measured:      2.89") == 2

@@ -1,0 +1,134 @@
+"""course.mystery: drawn pipelines are opaque, behave exactly like the bug they hide, and fixes are
+graded by what they change and by behaviour."""
+import copy
+
+import pytest
+import torch
+
+from course import mystery
+from course.bugs import catalogue, inject
+from course.grading import SwitchedOff
+from course.pipeline import adamw, apply_update, prepare_model
+from course.train import train
+from small_pipeline import SMALL
+
+
+def _opaque_bugs():
+    names = []
+    for b in catalogue():
+        try:
+            mystery.make(b.name, 0, SMALL)
+            names.append(b.name)
+        except mystery.NotOpaque:
+            pass
+    return names
+
+
+OPAQUE = _opaque_bugs()
+
+
+def test_most_of_the_catalogue_can_be_drawn():
+    assert len(OPAQUE) >= 30, f"only {len(OPAQUE)} bugs can be hidden: {OPAQUE}"
+    assert {"lr-zero", "clip-to-zero", "train-set-too-small", "no-positions", "missing-step"} <= set(OPAQUE)
+
+
+def test_every_candidate_reads_the_same_for_one_seed():
+    """Nothing static tells a broken draw from a healthy one: same field types, reprs, settings."""
+    healthy = mystery.signature(mystery.make("healthy", 3, SMALL))
+    differ = [n for n in OPAQUE if mystery.signature(mystery.make(n, 3, SMALL)) != healthy]
+    assert not differ, f"these bugs show in a pipeline's fields, types or reprs: {differ}"
+    plain = inject(SMALL, "lr-zero")
+    assert mystery.signature(plain) != mystery.signature(SMALL), "control: an un-hidden bug does show"
+
+
+def test_a_settings_reader_does_no_better_than_chance():
+    """The configuration comes from a stream of its own: the same seed gives the same settings
+    whatever the bug, so reading them cannot separate candidates."""
+    for seed in range(5):
+        settings = {n: mystery.signature(mystery.make(n, seed, SMALL)) for n in ("healthy", "lr-zero", "missing-step")}
+        assert len(set(settings.values())) == 1
+    seeds = {mystery.signature(mystery.make("healthy", s, SMALL)) for s in range(5)}
+    assert len(seeds) == 5, "each seed should draw its own configuration"
+
+
+@pytest.mark.parametrize("name", ["lr-zero", "clip-to-zero", "train-set-too-small", "no-positions",
+                                  "attend-self-only", "missing-step", "embedding-not-in-optimizer"])
+def test_a_hidden_bug_trains_exactly_like_the_plain_one(name):
+    hidden = mystery.make(name, 1, SMALL)
+    config = mystery._secret(hidden).config
+    plain = inject(SMALL.replace(**config), name)
+    a = train(hidden, steps=12, seed=2, eval_every=0).history["loss"]
+    b = train(plain, steps=12, seed=2, eval_every=0).history["loss"]
+    assert a == b, f"{name}: the hidden bug changed the run"
+    healthy = train(SMALL.replace(**config), steps=12, seed=2, eval_every=0).history["loss"]
+    assert a != healthy, f"{name}: control, the bug must change something in 12 steps"
+
+
+def test_settings_that_cannot_be_hidden_are_refused():
+    with pytest.raises(mystery.NotOpaque):
+        mystery.make("attention-scale-inf", 0, SMALL)
+
+
+def test_reveal_and_touched_name_the_answer_and_its_part():
+    assert mystery.reveal(mystery.make("healthy", 0, SMALL)) == "healthy"
+    assert mystery.touched(mystery.make("healthy", 0, SMALL)) == ()
+    p = mystery.make("lr-zero", 0, SMALL)
+    assert (mystery.reveal(p), mystery.touched(p)) == ("lr-zero", ("optimizer_factory",))
+    assert mystery.touched(mystery.make("no-positions", 0, SMALL)) == ("prepare",)
+    with pytest.raises(KeyError):
+        mystery.reveal(SMALL)
+
+
+def test_a_salt_changes_the_draws():
+    candidates = ["healthy", "lr-zero", "missing-step", "clip-to-zero"]
+    plain = [mystery.reveal(mystery.draw(candidates, s, SMALL)) for s in range(12)]
+    salted = [mystery.reveal(mystery.draw(candidates, s, SMALL, salt="hidden")) for s in range(12)]
+    assert plain != salted
+    assert set(plain) == set(candidates), "twelve draws should cover four candidates"
+    again = [mystery.reveal(mystery.draw(candidates, s, SMALL)) for s in range(12)]
+    assert plain == again, "a draw is a pure function of (candidates, seed, salt)"
+
+
+def test_parts_say_nothing():
+    p = mystery.make("missing-step", 0, SMALL)
+    assert repr(p.update) == "<part>" and type(p.update) is type(p.collate) is mystery.Part
+    assert not hasattr(p.update, "__dict__") and not hasattr(p.update, "__name__")
+    assert "missing" not in repr(p) and p.bugs == ()
+
+
+def test_models_of_a_rewired_pipeline_copy():
+    model = mystery.make("attend-self-only", 0, SMALL).build_model(0)
+    twin = copy.deepcopy(model)
+    ids = torch.randint(0, 16, (2, 8))
+    assert torch.equal(model(ids), twin(ids))
+
+
+def test_kept_problems():
+    p = mystery.make("lr-zero", 0, SMALL)
+    assert mystery.kept_problems(p, p.replace(optimizer_factory=adamw)) == []
+    assert any("left every broken part" in m for m in mystery.kept_problems(p, p))
+    assert any("'update'" in m for m in mystery.kept_problems(p, p.replace(optimizer_factory=adamw, update=apply_update)))
+    fresh = mystery.kept_problems(p, SMALL)
+    assert any("setting" in m for m in fresh), "a fresh reference pipeline changes the draw's settings"
+    assert mystery.kept_problems(p, None) and "Pipeline" in mystery.kept_problems(p, None)[0]
+
+
+def _falls(fixed):
+    losses = train(fixed, steps=20, seed=5, eval_every=0).history["loss"]
+    return None if losses[-1] < losses[0] - 0.2 else f"loss did not fall ({losses[0]:.3f} -> {losses[-1]:.3f})"
+
+
+def test_check_fix_passes_a_real_fix_and_fails_a_fake_one():
+    pipes = [mystery.make("requires-grad-off", s, SMALL, salt="t") for s in range(2)]
+    mystery.check_fix(lambda p: p.replace(prepare=prepare_model), pipes, _falls)
+    with pytest.raises(AssertionError, match="left every broken part"):
+        mystery.check_fix(lambda p: p, pipes, _falls)
+    with pytest.raises(AssertionError, match="setting"):
+        mystery.check_fix(lambda p: SMALL, pipes, _falls)
+
+
+def test_check_fix_switches_off_the_answer():
+    pipes = [mystery.make("missing-step", 0, SMALL)]
+    with pytest.raises(SwitchedOff):
+        mystery.check_fix(lambda p: p.replace(update=apply_update) if mystery.reveal(p) else p, pipes, _falls)
+    assert mystery.reveal(pipes[0]) == "missing-step", "restored after grading"
