@@ -3,8 +3,9 @@
 # Assignments are found by listing solutions/<a>/<a>.ipynb; nothing here names them.
 #
 #   make lab        open the first notebook in JupyterLab (builds the venv first)
-#   make test       unit tests + end-to-end release/autograde tests + strict nbval of solutions
-#                   + every notebook run in JupyterLab in headless Chromium (make test-browser)
+#   make test       unit tests (test-unit) + end-to-end autograde (test-autograde) + strict nbval
+#                   of solutions (test-notebooks) + every notebook run in JupyterLab in headless
+#                   Chromium (test-browser)
 #   make release    regenerate notebooks/ from solutions/ (commit the result)
 #   make solutions  rebuild solutions/<a>/<a>.ipynb from <a>.py (jupytext) and execute it in place
 #   make autograde  grade every submission in submitted/, in parallel (autograder/grade_class.py)
@@ -32,7 +33,7 @@ SOLUTION_NOTEBOOKS = $(foreach a,$(ASSIGNMENTS),solutions/$(a)/$(a).ipynb)
 # jupyter refuses to start a server as root without --allow-root
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: venv lab test test-unit test-notebooks release solutions autograde summary feedback export bench clean test-browser system-deps sandbox
+.PHONY: venv lab test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench clean test-browser system-deps sandbox
 
 venv: $(STAMP)
 
@@ -50,10 +51,15 @@ lab: venv
 	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)/notebooks" \
 	  "$(CURDIR)/notebooks/00_start_here/00_start_here.ipynb"
 
-test: test-unit test-notebooks test-browser
+test: test-unit test-autograde test-notebooks test-browser
 
+# Unit tests of course/ and of the grading machinery (sandbox, class runner, hostile submissions).
 test-unit: venv system-deps sandbox
-	$(BIN)/python -m pytest tests/ --ignore=tests/browser
+	$(BIN)/python -m pytest tests/ --ignore=tests/browser --ignore=tests/test_autograde.py --durations=10
+
+# End-to-end: every notebook's solution, untouched release and targeted cases through nbgrader.
+test-autograde: venv sandbox
+	$(BIN)/python -m pytest tests/test_autograde.py --durations=10
 
 # Strict nbval: re-runs each solution notebook and compares outputs with the saved ones.
 # tests/conftest.py (loaded with -p: pytest would not apply it to solutions/) skips stderr.
@@ -118,9 +124,10 @@ feedback: venv
 export: venv
 	$(NBGRADER) export --to grades.csv
 
+# stdin from /dev/null: a bench started as a background job must not hand the terminal to kernels
 bench: venv
-	$(BIN)/python benchmarks/train.py
-	$(BIN)/python -m autograder.bench
+	$(BIN)/python benchmarks/train.py </dev/null
+	$(BIN)/python -m autograder.bench </dev/null
 
 clean:
 	rm -rf autograded feedback grades.csv .build

@@ -14,6 +14,7 @@ the speed-up. Prints tables; it checks nothing and has no thresholds.
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,18 +22,33 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError
 
 from autograder import database, grade_class, grading, toy_course
 
 
+CELL_TIMEOUT_S = 300
+
+
 def time_execution(assignment: str, workdir: Path) -> float:
-    """Seconds to run the solution notebook top to bottom (kernel start included)."""
+    """Seconds to run the solution notebook top to bottom (kernel start included), or NaN after
+    printing which cell ran past ``CELL_TIMEOUT_S``. The kernel gets no stdin (/dev/null): a bench
+    started as a background job must not share the terminal with it."""
     folder = workdir / "exec" / assignment
     shutil.copytree(grading.source_path(assignment).parent, folder)
     nb = nbformat.read(folder / f"{assignment}.ipynb", as_version=4)
+    current = {}
+    client = NotebookClient(nb, kernel_name=grading.KERNEL_NAME, timeout=CELL_TIMEOUT_S,
+                            resources={"metadata": {"path": str(folder)}},
+                            on_cell_start=lambda cell, cell_index: current.update(cell=cell, index=cell_index))
     start = time.perf_counter()
-    NotebookClient(nb, kernel_name=grading.KERNEL_NAME, timeout=None,
-                   resources={"metadata": {"path": str(folder)}}).execute()
+    try:
+        client.execute(stdin=subprocess.DEVNULL)
+    except CellTimeoutError:
+        first = (current["cell"].source.splitlines() or [""])[0]
+        print(f"{assignment}: cell {current['index']} ran past {CELL_TIMEOUT_S} s ({first!r}); "
+              f"timing skipped", flush=True)
+        return float("nan")
     return time.perf_counter() - start
 
 
