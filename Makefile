@@ -45,11 +45,24 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_DISPLAY)"
 	touch $@
 
-# The file browser is rooted at notebooks/ (given a file, jupyter would root it at that file's
-# folder and hide the other notebooks).
+# JupyterLab from the repository root (python -m: the pre-save hook is imported from autograder/;
+# nbgrader's Validate reads nbgrader_config.py from here). The hook drops the metadata a kernel
+# adds on opening (language_info), so opening and closing a notebook leaves its file unchanged.
+LAB = $(BIN)/python -m jupyterlab $(ALLOW_ROOT) \
+      --ContentsManager.pre_save_hook=autograder.execute_notebooks.lab_pre_save
+
+# The learner's view: the file browser is rooted at notebooks/ (given a file, jupyter would root
+# it at that file's folder and hide the other notebooks).
 lab: venv
-	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir="$(CURDIR)/notebooks" \
+	$(LAB) --ServerApp.root_dir="$(CURDIR)/notebooks" \
 	  "$(CURDIR)/notebooks/00_start_here/00_start_here.ipynb"
+
+# The instructor's view: rooted at the repository root, so the Formgrader's folder links
+# (solutions/, notebooks/, submitted/, autograded/, feedback/) open, and its Assignments panel
+# reads the course's nbgrader_config.py (exchange root: COURSE_EXCHANGE).
+.PHONY: lab-instructor
+lab-instructor: venv
+	$(LAB) --ServerApp.root_dir="$(CURDIR)"
 
 test: test-unit test-autograde test-notebooks test-browser
 

@@ -29,6 +29,16 @@ from autograder.database import db_url  # noqa: E402
 
 c.CourseDirectory.db_url = db_url(c.CourseDirectory.root)
 
+# The exchange (nbgrader's release_assignment / fetch_assignment / submit / collect /
+# release_feedback / fetch_feedback route on one shared server, e.g. JupyterHub): one setting, the
+# environment variable COURSE_EXCHANGE. Unset, this file sets nothing, so nbgrader's own choice
+# stands: a system-wide /etc/jupyter/nbgrader_config.py (which students' nbgrader reads too) or
+# nbgrader 0.9.6's default /usr/local/share/nbgrader/exchange. (This file is read last, so a value
+# here would override the system-wide one.) A command line's --Exchange.root=... overrides both.
+# The git route (notebooks/ committed, submissions copied into submitted/) never uses it.
+if os.environ.get("COURSE_EXCHANGE", "").strip():
+    c.Exchange.root = os.path.abspath(os.environ["COURSE_EXCHANGE"].strip())
+
 # Not copied into releases or autograded folders: nbgrader's defaults plus the jupytext text
 # twin solutions/<a>/<a>.py of each solution notebook (it holds the solutions).
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py"]

@@ -3,22 +3,41 @@
 For each assignment found in solutions/ (``COURSE_ROOT`` may point at another course root, e.g. a
 toy one from ``python -m autograder.toy_course``), ``nbgrader generate_assignment`` runs in a
 throw-away course root with its own gradebook; the result must equal notebooks/<a>/ file for
-file (notebooks compared as JSON) and hold no hidden-test or solution text of the source.
+file (notebooks compared as JSON, less the notebook metadata a kernel or JupyterLab adds and
+nbgrader does not use, ``execute_notebooks.VOLATILE_METADATA``) and hold no hidden-test or
+solution text of the source. The sources are generated as JupyterLab leaves them after opening
+them (``language_info`` added): opening a notebook must not make the release look out of date.
 """
 import json
+import platform
 
 import pytest
 
 from autograder import grading
+from autograder.execute_notebooks import VOLATILE_METADATA
 
 ASSIGNMENTS = grading.assignments()
+# What ipykernel reports and JupyterLab saves into a notebook it opened (the version is this
+# machine's: another one writes its own).
+LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                 "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                 "pygments_lexer": "ipython3", "version": platform.python_version()}
+
+
+def _as_lab_saves(path):
+    nb = _load(path)
+    nb["metadata"]["language_info"] = LANGUAGE_INFO
+    path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    """assignment -> folder of its freshly generated release (one nbgrader run per assignment)."""
+    """assignment -> folder of its freshly generated release (one nbgrader run per assignment),
+    from copies of the sources opened and saved as JupyterLab does."""
     root = grading.make_course_copy(tmp_path_factory.mktemp("release"), ASSIGNMENTS)
     for a in ASSIGNMENTS:
+        _as_lab_saves(grading.source_path(a, root))
         grading.nbgrader(root, "generate_assignment", a, "--force")
     return {a: root / "notebooks" / a for a in ASSIGNMENTS}
 
@@ -33,6 +52,11 @@ def _load(path):
         return json.load(f)
 
 
+def _comparable(nb):
+    """``nb`` without the notebook metadata that kernels and JupyterLab add (VOLATILE_METADATA)."""
+    return {**nb, "metadata": {k: v for k, v in nb["metadata"].items() if k not in VOLATILE_METADATA}}
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_committed_release_is_generated_release(generated, assignment):
     fresh = generated[assignment]
@@ -42,10 +66,14 @@ def test_committed_release_is_generated_release(generated, assignment):
     assert _files(committed) == _files(fresh), hint
     for name in _files(fresh):
         if name.endswith(".ipynb"):
-            new, old = _load(fresh / name), _load(committed / name)
+            new, old = _comparable(_load(fresh / name)), _comparable(_load(committed / name))
             differing = [i for i, (x, y) in enumerate(zip(new["cells"], old["cells"])) if x != y]
+            other = sorted(k for k in set(new) | set(old) if k != "cells" and new.get(k) != old.get(k))
+            meta = sorted(k for k in set(new["metadata"]) | set(old["metadata"])
+                          if new["metadata"].get(k) != old["metadata"].get(k))
             assert new == old, f"{hint} (cells differing: {differing[:10]}, " \
-                               f"cell counts {len(new['cells'])} vs {len(old['cells'])})"
+                               f"cell counts {len(new['cells'])} vs {len(old['cells'])}, " \
+                               f"other fields differing: {other}, notebook metadata: {meta})"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -7,7 +7,8 @@ Contract:
   install, unless the environment variable ``CI`` is set: then they fail, so CI cannot go green
   without having run them. ``make system-deps`` installs Chromium when run as root.
 - ``lab`` starts ``jupyter lab`` the way ``make lab`` does (working directory = the repository
-  root, so nbgrader's Validate reads the course's ``nbgrader_config.py``), but on a free loopback
+  root, so nbgrader's Validate reads the course's ``nbgrader_config.py``; the pre-save hook that
+  keeps an opened notebook's file unchanged), but on a free loopback
   port, with a random token, and rooted at a throw-away copy of the notebooks (running and
   validating a notebook saves it: the repository's files are never touched). Jupyter's config,
   data and runtime folders, IPython's and matplotlib's are temporary too; the course kernel
@@ -42,6 +43,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]
 SCREENSHOTS = REPO / ".screenshots"
+# The Jupyter server pre-save hook `make lab` and `make lab-instructor` pass (same string there).
+LAB_PRE_SAVE_HOOK = "autograder.execute_notebooks.lab_pre_save"
 
 # JupyterLab user settings written into the temporary config folder:
 # - windowing off: every cell is in the page, so the test sees every output (with windowing, cells
@@ -140,10 +143,14 @@ def lab(chromium_path, tmp_path_factory) -> Lab:
         f = tmp / "config" / "lab" / "user-settings" / name
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps(value))
-    # nbgrader's Assignments view lists an exchange folder; its default (/srv/nbgrader/exchange)
-    # would be created on the machine when the test runs as root. Point it at a temporary one.
-    # (Validate ignores it; it reads the course's nbgrader_config.py from the working directory.)
+    # nbgrader's Assignments view lists an exchange folder; its default
+    # (/usr/local/share/nbgrader/exchange) would be created on the machine when the test runs as
+    # root. Point it at a temporary one: the view reads the config of the server's root (this
+    # copy has none, so the one in the temporary config folder), the course's nbgrader_config.py
+    # reads COURSE_EXCHANGE. (Validate reads the course's nbgrader_config.py from the working
+    # directory.)
     (tmp / "exchange").mkdir()
+    env["COURSE_EXCHANGE"] = str(tmp / "exchange")
     (tmp / "config" / "nbgrader_config.py").write_text(
         f"c = get_config()\nc.Exchange.root = {str(tmp / 'exchange')!r}\n")
 
@@ -152,7 +159,9 @@ def lab(chromium_path, tmp_path_factory) -> Lab:
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-           "--LabApp.news_url=", "--ServerApp.terminals_enabled=False"]
+           "--LabApp.news_url=", "--ServerApp.terminals_enabled=False",
+           # as `make lab` does: opening a notebook must not change its file
+           f"--ContentsManager.pre_save_hook={LAB_PRE_SAVE_HOOK}"]
     if os.geteuid() == 0:  # jupyter refuses to run as root without it
         cmd.append("--allow-root")
     log = tmp / "jupyter.log"
