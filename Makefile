@@ -3,6 +3,7 @@
 # Assignments are found by listing solutions/<a>/<a>.ipynb; nothing here names them.
 #
 #   make lab        open the first notebook in JupyterLab (builds the venv first)
+#   make lab-instructor  JupyterLab at the repository root (Formgrader, Create Assignment)
 #   make test       unit tests (test-unit) + end-to-end autograde (test-autograde) + strict nbval
 #                   of solutions (test-notebooks) + every notebook run in JupyterLab in headless
 #                   Chromium (test-browser)
