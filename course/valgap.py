@@ -19,6 +19,16 @@ chosen seed), ``OtherSource`` (all or part of validation from another Markov cha
 ``TrainCopies`` and ``TrainContinuations`` (leakage: copies of training windows, or training windows
 slid on by a few tokens, as a random split of overlapping windows produces).
 
+For mystery pipelines (``course.mystery``, whose parts are opaque): ``trained`` (one short run per
+pipeline and seed, remembered, so several tests share it), ``seen_loss`` (the reference loss on the
+batches a run actually trained on: what the pipeline's settings call its training set may not be
+what it trained on), and ``problems`` (the four separating tests at once, with thresholds: the
+grader's behavioural check of a fix; switched off while a learner's own test is graded).
+
+``chain_loss`` is the exact generating chain's loss on given windows: the right thing to compare a
+suspiciously low validation loss with (the entropy rate is an average; the exact chain scores below
+it on about half of small validation sets).
+
 ``fit_context_counts`` / ``counts_loss`` are a statistic fitted on data (next-token counts per
 two-token context, the token form of target encoding), to show what fitting it on train + validation
 does to the validation loss.
@@ -35,7 +45,7 @@ from tqdm import tqdm
 
 from .data import Batch, MarkovLanguage
 from .pipeline import Pipeline, _language, _windows, set_eval_mode, token_cross_entropy
-from .train import evaluate, start, train_steps
+from .train import Run, batch_at, evaluate, start, train, train_steps
 
 
 # ----- validation sources (values for Pipeline.val_source) ----------------------------------------
@@ -223,6 +233,133 @@ def curves(pipe: Pipeline, val_pipes: dict[str, Pipeline], steps: int, every: in
     return run, out
 
 
+# ----- short runs, and what a run trained on ------------------------------------------------------
+_RUNS: dict = {}
+
+
+def trained(pipe: Pipeline, seed: int = 0) -> Run:
+    """``course.train.train(pipe, seed=seed, eval_every=0)``, remembered per (pipeline, seed): tests
+    that need a trained model of the same draw share one training. Pipelines are compared as values
+    (parts by identity), so ``pipe.replace(...)`` with a changed part is trained anew. Do not change
+    the returned model's weights."""
+    key = (pipe, seed)
+    try:
+        return _RUNS[key]
+    except TypeError:  # an unhashable part: no cache
+        return train(pipe, seed=seed, eval_every=0)
+    except KeyError:
+        pass
+    if len(_RUNS) > 256:
+        _RUNS.clear()
+    _RUNS[key] = train(pipe, seed=seed, eval_every=0)
+    return _RUNS[key]
+
+
+@torch.no_grad()
+def batches_loss(model: torch.nn.Module, batches: list[Batch]) -> float:
+    """The reference loss (``model.eval()``, mean token cross-entropy over scored targets) on the
+    given batches together."""
+    was_training = model.training
+    set_eval_mode(model)
+    total, count = 0.0, 0
+    for batch in batches:
+        n = int(batch.scored.sum())
+        total += token_cross_entropy(model(batch.inputs), batch).item() * n
+        count += n
+    model.train(was_training)
+    return total / count if count else float("nan")
+
+
+def seen_batches(run: Run, k: int = 8) -> list[Batch]:
+    """The last ``k`` batches ``run`` trained on, from its own batch stream (``course.train.batch_at``
+    with the run's seed and data offset), whatever the pipeline's settings say its training set is."""
+    first = max(0, run.step - k)
+    return [batch_at(run.pipe, run.seed, s + run.data_offset) for s in range(first, run.step)]
+
+
+def seen_loss(run: Run, k: int = 8) -> float:
+    """The reference loss of ``run``'s model on the last ``k`` batches it trained on."""
+    return batches_loss(run.model, seen_batches(run, k))
+
+
+def problems(pipe: Pipeline, seed: int = 1, gap: float = 0.3, shift: float = 0.1, near: float = 0.1) -> list[str]:
+    """The four separating tests of this notebook on ``pipe``, each with its threshold; an empty list
+    means none fired. The grader's behavioural check of a fix (switched off while a learner's own test
+    runs: it would answer the exercise).
+
+    1. like with like: the eval path on 64 training windows (twice) against ``reference_loss``, on a
+       freshly initialised model (an eval bug shows before any training);
+    2. overlap: a rate of exact copies or of near duplicates more than ``near`` above that of fresh
+       windows (a low-entropy source repeats a whole window now and then by chance);
+    3. overfitting: after a short run (``trained(pipe, seed)``), fresh windows of the training source
+       score more than ``gap`` nats worse than the batches the run trained on;
+    4. shift: the validation split scores more than ``shift`` nats worse than fresh windows.
+    The thresholds sit far above a healthy run's noise at the sizes of notebook 05.
+    """
+    from .overlap import audit
+
+    found = []
+    model = pipe.build_model(seed)
+    probe = training_probe(pipe, 64)
+    first, ref, again = evaluate(model, probe), reference_loss(model, probe, "val"), evaluate(model, probe)
+    if abs(first - ref) > 1e-6 or abs(first - again) > 1e-6:
+        found.append(f"the eval path disagrees with the reference on training windows ({first:.4f}, "
+                     f"again {again:.4f}, reference {ref:.4f})")
+    train_windows, honest = pipe.windows("train"), fresh(pipe)
+    shared, chance = audit(train_windows, pipe.windows("val")), audit(train_windows, honest.windows("val"))
+    if shared.exact > chance.exact + near or shared.near > chance.near + near:
+        found.append(f"validation shares windows with training ({shared}; fresh windows: {chance.near:.1%} near)")
+    run = trained(pipe, seed)
+    seen, new = seen_loss(run), reference_loss(run.model, honest, "val")
+    val = reference_loss(run.model, pipe, "val")
+    if new - seen > gap:
+        found.append(f"fresh windows score {new - seen:+.3f} nats worse than the batches it trained on (overfitting)")
+    if val - new > shift:
+        found.append(f"validation scores {val - new:+.3f} nats worse than fresh windows of the training source (shift)")
+    return found
+
+
+# ----- the exact chain's loss: what a suspiciously low validation loss is compared with -------------
+def chain_loss(lang: MarkovLanguage, windows: torch.Tensor, per_window: bool = False, first: int = 0):
+    """The exact generating chain's loss on ``windows`` (n, L) of language tokens: the mean of
+    -log P(token | the tokens before), over targets ``first + 1 .. L - 1`` (as the model scores a
+    window, ``first=0``: target 1 has one token of context, the rest two; ``first=1``: only the
+    targets with two tokens of context, as ``counts_loss`` scores). ``per_window``: one mean per
+    window (n,), to compute a standard error over windows."""
+    S = lang.n_symbols
+    w = windows.long()
+    if (w >= S).any():
+        raise ValueError("chain_loss needs windows of language tokens only (no padding)")
+    nll = -lang.transition[w[:, :-2] * S + w[:, 1:-1], w[:, 2:]].log()  # targets 2..L-1
+    if first == 0:
+        pair = lang.pair_stationary.view(S, S)
+        cond = pair / pair.sum(-1, keepdim=True)  # P(b | a) under the stationary chain
+        nll = torch.cat([-cond[w[:, 0], w[:, 1]].log().unsqueeze(1), nll], dim=1)
+    per = nll.mean(1)
+    return per if per_window else per.mean().item()
+
+
+@torch.no_grad()
+def window_losses(model: torch.nn.Module, windows: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The model's mean loss on each window (n,), in eval mode, every target scored."""
+    from .data import next_token_batch
+
+    was_training = model.training
+    model.eval()
+    batch = next_token_batch(windows, pad_id)
+    logits = model(batch.inputs)
+    nll = F.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
+    model.train(was_training)
+    return nll.mean(1)
+
+
+def margin(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """Mean of ``a - b`` (paired per window) and that mean in standard errors (over windows)."""
+    d = (a - b).double()
+    se = d.std().item() / len(d) ** 0.5
+    return d.mean().item(), d.mean().item() / se if se > 0 else float("inf")
+
+
 # ----- a statistic fitted on data -----------------------------------------------------------------
 def fit_context_counts(windows: torch.Tensor, vocab_size: int, alpha: float = 0.1) -> torch.Tensor:
     """P(next | two tokens before), (V*V, V): add-``alpha`` smoothed counts over every position of
@@ -234,12 +371,15 @@ def fit_context_counts(windows: torch.Tensor, vocab_size: int, alpha: float = 0.
     return counts / counts.sum(-1, keepdim=True)
 
 
-def counts_loss(table: torch.Tensor, windows: torch.Tensor) -> float:
-    """Mean -log P(next | two before) under ``table`` over the positions with two tokens of context.
-    For fresh windows of a ``MarkovLanguage`` no table can average below its ``entropy_rate``."""
+def counts_loss(table: torch.Tensor, windows: torch.Tensor, per_window: bool = False):
+    """Mean -log P(next | two before) under ``table`` over the positions with two tokens of context
+    (``per_window``: one mean per window). On fresh windows of a ``MarkovLanguage`` no table averages
+    below the exact chain (``chain_loss(lang, windows, first=1)``) in expectation; on one small set
+    either can be lower by chance, so compare on the same windows, in standard errors (``margin``)."""
     V = int(round(table.shape[0] ** 0.5))
     ctx = windows[:, :-2] * V + windows[:, 1:-1]
-    return -table[ctx, windows[:, 2:]].log().mean().item()
+    per = -table[ctx, windows[:, 2:]].log().mean(1)
+    return per if per_window else per.mean().item()
 
 
 def language_of(pipe: Pipeline, offset: int = 0) -> MarkovLanguage:
@@ -250,6 +390,9 @@ def language_of(pipe: Pipeline, offset: int = 0) -> MarkovLanguage:
 # ----- the notebook's explorer --------------------------------------------------------------------
 def gap_explorer(runs: dict, floor: float, steps_times_batch: int | None = None):
     """A widget: a slider over the keys of ``runs`` (training-set sizes), a summary line and a plot.
+
+    ``floor`` is drawn as the **window floor** (``MarkovLanguage.loss_floor(seq_len)``, the best mean
+    loss over a fresh window, whose first target has one token of context), not the entropy rate.
 
     ``runs[key]`` holds equal-length lists ``"step"``, ``"train"``, ``"validation"`` (precomputed, so
     moving the slider only redraws). Returns a ``VBox`` whose ``.slider``, ``.summary`` (HTML) and
@@ -279,7 +422,7 @@ def gap_explorer(runs: dict, floor: float, steps_times_batch: int | None = None)
             fig, ax = plt.subplots(figsize=(6, 3.5))
             ax.plot(r["step"], r["train"], "o-", label="train (eval path, training windows)")
             ax.plot(r["step"], r["validation"], "s-", label="validation")
-            ax.axhline(floor, color="grey", linestyle=":", label="entropy rate")
+            ax.axhline(floor, color="grey", linestyle=":", label="window floor")
             ax.set_ylim(0, max(4.0, max(r["validation"]) * 1.05))
             ax.set_xlabel("step")
             ax.set_ylabel("loss (nats per scored token)")

@@ -130,13 +130,66 @@ def test_continue_windows_keeps_the_prefix_and_follows_the_chain():
     assert (p > 0).all(), "a continuation used a transition of probability 0"
 
 
-def test_counts_fitted_on_validation_score_it_below_the_entropy_rate():
+def test_counts_fitted_on_validation_beat_the_exact_chain_on_the_same_windows():
+    """Compared with the exact chain on the same windows (not with the entropy rate, an average that
+    the chain itself misses on about half of small validation sets), in standard errors."""
     lang = PIPE.language()
     tr, va, fresh = lang.sample(64, 17, 1), lang.sample(64, 17, 2), lang.sample(1024, 17, 3)
     fit_train = valgap.fit_context_counts(tr, lang.vocab_size)
     fit_all = valgap.fit_context_counts(torch.cat([tr, va]), lang.vocab_size)
-    assert valgap.counts_loss(fit_all, va) < lang.entropy_rate < valgap.counts_loss(fit_train, va)
-    assert valgap.counts_loss(fit_all, fresh) > lang.entropy_rate, "on fresh windows the leaky fit is honest again"
+    chain = valgap.chain_loss(lang, va, per_window=True, first=1)
+    diff, in_se = valgap.margin(valgap.counts_loss(fit_all, va, per_window=True), chain)
+    assert diff < 0 and in_se < -3, f"the leaky fit beats the exact chain by only {diff:.3f} ({in_se:.1f} SE)"
+    assert valgap.counts_loss(fit_train, va) > chain.mean().item(), "an honest fit does not beat the chain here"
+    assert valgap.counts_loss(fit_all, fresh) > valgap.chain_loss(lang, fresh, first=1), \
+        "on fresh windows the leaky fit is honest again"
+
+
+def test_chain_loss_matches_the_table_and_the_floor():
+    lang = PIPE.language()
+    w = lang.sample(4000, 17, 5)
+    assert abs(valgap.chain_loss(lang, w[:7], first=1) - valgap.counts_loss(lang.transition, w[:7])) < 1e-12
+    assert abs(valgap.chain_loss(lang, w) - lang.loss_floor(16)) < 0.03, "on many windows the chain scores the floor"
+    assert valgap.chain_loss(lang, w, per_window=True).shape == (4000,)
+    with pytest.raises(ValueError):
+        valgap.chain_loss(lang, torch.full((2, 5), lang.PAD))
+
+
+def test_trained_remembers_one_run_per_pipeline_and_seed():
+    a = valgap.trained(SMALL)
+    assert valgap.trained(SMALL) is a and valgap.trained(SMALL.replace()) is a, "the same pipeline trains once"
+    assert valgap.trained(SMALL, seed=1) is not a
+
+
+def test_seen_loss_scores_the_batches_trained_on_not_the_settings_training_set():
+    """On an opaque draw whose small training set lives in the batch stream, the settings' training
+    windows score like fresh ones; the batches it trained on do not."""
+    from course import mystery
+
+    base = DROP.replace(n_train=2048, n_val=256, steps=60)
+    run = valgap.trained(mystery.make("train-set-too-small", 0, base))
+    seen = valgap.seen_loss(run)
+    probe = valgap.reference_loss(run.model, valgap.training_probe(run.pipe), "val")
+    fresh = valgap.reference_loss(run.model, valgap.fresh(run.pipe), "val")
+    assert fresh - seen > 0.3 and abs(fresh - probe) < 0.3, f"seen {seen:.3f}, probe {probe:.3f}, fresh {fresh:.3f}"
+    assert len(valgap.seen_batches(run, 5)) == 5
+
+
+def test_problems_is_quiet_on_healthy_draws_and_names_each_broken_one():
+    """The grader's check of a fix (notebook 05): negative controls and one draw of each bug."""
+    from course import mystery
+
+    base = DROP.replace(n_train=2048, n_val=256, steps=60)
+    expected = {"healthy": None, "eval-label-smoothing": "eval path", "eval-loss-per-sequence": "eval path",
+                "dropout-left-on-in-eval": "eval path", "train-set-too-small": "overfitting",
+                "val-from-another-source": "shift", "val-mixes-another-source": "shift",
+                "val-overlaps-train": "shares windows", "val-near-duplicates-train": "shares windows"}
+    for i, (name, word) in enumerate(expected.items()):
+        found = valgap.problems(mystery.make(name, 50 + i, base, salt="unit"), seed=3)
+        if word is None:
+            assert not found, f"healthy draw: {found}"
+        else:
+            assert len(found) == 1 and word in found[0], f"{name}: {found}"
 
 
 def test_gap_explorer_redraws_when_the_slider_moves():
