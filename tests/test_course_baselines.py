@@ -82,3 +82,62 @@ def test_loss_at_init_is_the_eval_mode_cross_entropy_and_restores_the_mode():
     with torch.no_grad():
         expected = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=IGNORE).item()
     assert got == pytest.approx(expected, rel=1e-6), f"loss_at_init = {got}, eval-mode cross-entropy {expected}"
+
+
+# ----- the exact chain's loss and the held-out symptom ---------------------------------------------
+def test_chain_loss_is_the_chains_own_cross_entropy():
+    from course import MarkovLanguage
+    from course.baselines import chain_loss
+    lang = MarkovLanguage(6, seed=3)
+    w = lang.sample(5, 7, 0)
+    S = lang.n_symbols
+    by_hand = []
+    for row in w.tolist():
+        a, b = row[0], row[1]
+        by_hand.append(-math.log(lang.pair_stationary[a * S + b].item() / lang.stationary[a].item()))
+        for t in range(2, len(row)):
+            by_hand.append(-math.log(lang.transition[row[t - 2] * S + row[t - 1], row[t]].item()))
+    assert chain_loss(lang, w) == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-12)
+    # on many windows it averages to the window floor (the expectation it estimates)
+    assert chain_loss(lang, lang.sample(20_000, 9, 1)) == pytest.approx(lang.loss_floor(8), abs=0.02)
+    with pytest.raises(ValueError):
+        chain_loss(lang, torch.full((2, 5), lang.PAD))
+
+
+def test_held_out_symptom_reads_a_finished_run_against_the_floors():
+    from types import SimpleNamespace
+    from course import Pipeline
+    from course.baselines import BELOW_CHAIN_MARGIN, chain_loss, held_out_symptom
+    pipe = Pipeline(n_symbols=6, seq_len=8, n_val=32)
+    lang = pipe.language()
+    exact = chain_loss(lang, pipe.windows("val"))
+    floor = lang.loss_floor(pipe.seq_len)
+
+    def run(v):
+        return SimpleNamespace(final_val_loss=v)
+    assert held_out_symptom(pipe, run=run(max(exact, floor) + 0.01)) is None
+    assert "below the exact chain" in held_out_symptom(pipe, run=run(exact - 2 * BELOW_CHAIN_MARGIN))
+    assert "stalls" in held_out_symptom(pipe, run=run(lang.bigram_entropy))
+    assert "nan" in held_out_symptom(pipe, run=run(float("nan")))
+
+
+def test_held_out_symptom_reads_a_nearly_deterministic_language_against_the_unigram_entropy():
+    """Where seeing one token back is nearly enough (bigram entropy within MIN_GAP of the floor),
+    a loss between floor and bigram cannot show unused context: only "does not learn" is reported."""
+    from types import SimpleNamespace
+    from course import Pipeline
+    from course.baselines import MIN_GAP, chain_loss, held_out_symptom
+    real = Pipeline(n_symbols=6, seq_len=8, n_val=32)
+    lang = real.language()
+    floor = lang.loss_floor(real.seq_len)
+
+    class NearlyDeterministic:
+        def __getattr__(self, name):
+            return getattr(lang, name)
+        bigram_entropy = floor + MIN_GAP / 2
+        unigram_entropy = floor + 1.0
+
+    pipe = SimpleNamespace(language=NearlyDeterministic, windows=real.windows, seq_len=real.seq_len)
+    above_both = max(floor, chain_loss(lang, real.windows("val"))) + MIN_GAP
+    assert held_out_symptom(pipe, run=SimpleNamespace(final_val_loss=above_both)) is None
+    assert "unigram" in held_out_symptom(pipe, run=SimpleNamespace(final_val_loss=floor + 0.9))
