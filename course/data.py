@@ -6,9 +6,14 @@ Because the chain is known, so is every baseline a loss can be compared with:
 * ``ln(V)``: the loss of a uniform guess over the model's whole vocabulary;
 * the unigram entropy ``H(pi)``: the best loss of a model that ignores context;
 * the bigram entropy ``H(X_t | X_t-1)``: the best loss of a model that sees only the previous token;
-* the entropy rate ``H(X_t | X_t-2, X_t-1)``: the best loss any model can reach.
+* the entropy rate ``H(X_t | X_t-2, X_t-1)``: the best *expected* per-token loss any model can
+  reach on a long sequence; ``loss_floor(seq_len)`` is its finite-window version (the first target
+  of a window has one token of context), the **window floor** every loss plot carries.
 
-A held-out loss below the entropy rate is not luck: it means the model saw what it predicts.
+Both are averages. On a small validation set the exact chain itself scores below the window floor
+about half the time, so a held-out loss "below the floor" proves nothing by itself: compare it with
+the exact chain's loss on the same windows (``course.baselines.chain_loss``), or demand a margin of
+several standard errors. Well below that, the model saw what it predicts.
 
 The language has ``n_symbols`` ordinary tokens plus two specials, ``PAD`` and ``EOS``, so the model's
 vocabulary is ``n_symbols + 2``. Sequences start from the chain's stationary distribution, so every
