@@ -1,37 +1,84 @@
-"""Monkeypatch guard, run inside the grading kernel at start (before any student code).
+"""Monkeypatch and shell guard, run inside the grading kernel at start (before any student code).
 
 ``install(shell)`` snapshots what test cells rely on, while it is still pristine:
 - every entry of ``builtins`` (``abs``, ``isinstance``, ``AssertionError``, ``__import__``, ...);
 - the public attributes of the guarded modules (COURSE_GUARDED, space-separated module names;
   default ``GUARDED``), and each module's class and ``sys.modules`` entry. A module already
-  imported is snapshotted now; one imported later (torch) right after its own import finishes, by
-  an import hook, so a student cell that imports and patches torch at once is still caught.
+  imported is snapshotted now; one imported later (torch, course.mystery) right after its own
+  import finishes, by an import hook, so a student cell that imports and patches it at once is
+  still caught. A library import that rebinds a guarded module's attribute on purpose (importing
+  ``torch._dynamo``, lazily, wraps ``torch.manual_seed``) is adopted into the snapshot: what that
+  import changed, and was untouched when it began (``SIDE_EFFECT_IMPORTS``);
+- IPython's execution path, from source to result (the "shell"): the methods and helper objects
+  on it (``run_cell``, ``transform_cell``, ``compile``, ``displayhook``, ``showtraceback``, the
+  kernel's ``do_execute`` and session, ...), the classes and modules they come from, the input
+  transformers (cleanup, line, token, post), the prefilter's transformers/checkers/handlers, the
+  AST transformers, the event callbacks, the custom exception handler, the traceback mode, and
+  that no trace or profile function is set.
 It registers an IPython ``pre_run_cell`` hook that reacts to two control cells the grader sends
-(``autograder.sandboxed_execute``), never to student cells:
-- ``#course-guard pre NAMES``  before each autograder-test cell: put every snapshotted reference
-  back, point the user namespace's ``__builtins__`` at the real module, drop user globals that
-  shadow a builtin named in the test (NAMES: JSON list of the names the test uses) and rebind a
-  guarded module's own name (``math``, ``torch``) if it was rebound; report what it restored;
+(``autograder.sandboxed_execute``), and to the one cell between them, never to other cells:
+- ``#course-guard pre {"names": [...], "sha": ...}`` before each autograder-test cell: put every
+  snapshotted reference back, point the user namespace's ``__builtins__`` at the real module, drop
+  user globals that shadow a builtin named in the test and rebind a guarded module's own name
+  (``math``, ``torch``) if it was rebound; put IPython's execution path back: what the submission
+  replaced (a method, a helper object, a class or module function) is restored for good and
+  reported as ``tampered``; what IPython lets a notebook add for its own cells (input/AST
+  transformers, event callbacks, a custom exception handler) is *suspended*: the test runs without
+  it, and ``post`` puts it back; a trace/profile function is removed. Report: ``restored``,
+  ``suspended`` (the submission's own additions, by name; a library's are suspended quietly),
+  ``tampered``;
+- the test cell itself (at its ``pre_run_cell``, after IPython transformed it, before it is
+  compiled): check again, and that the hook was called by IPython's own event manager from
+  IPython's own ``run_cell`` path, that no other ``pre_run_cell`` callback runs in this cell, that
+  the cell is the one announced (sha256) and was transformed exactly as the pristine path does;
+  and run the suspended transformers on the test's source: one that would have changed its code is
+  reported ``tampered``. Report ``{"stage": "test", "tampered": [...]}`` (the grader requires
+  exactly one such line in the test cell, and removes it);
 - ``#course-guard post``  after the test cell: report what changed while the test ran (a patch made
-  inside a graded function), then restore it.
+  inside a graded function, a hook added), restore it, and put the suspended additions back.
 Reports are one stdout line ``course-guard: {json}``; the grader decides what they cost.
 
 Limits (stated in the instructor guide): student code shares the interpreter with the tests, so
-code written to find and disable this guard (through IPython's event registry or the garbage
-collector) can; a patch that undoes itself before the test cell ends is not seen; objects returned
+code written to find and disable this guard (through the garbage collector, frame objects,
+``ctypes``, or functions disguised as library code) can; a patch that undoes itself before the test
+cell ends is not seen; an audit hook (``sys.addaudithook``) cannot be removed; objects returned
 by student code (``__eq__`` that always says True) are the tests' job. The guard stops the
-ordinary ways of making a test pass by replacing what it calls.
+ordinary ways of making a test pass by replacing what it calls or how IPython runs it.
 """
+import ast
 import builtins
+import gc
+import hashlib
 import importlib.abc
 import json
 import os
 import sys
+import threading
 import types
 
 GUARDED = ("math", "cmath", "operator", "functools", "numpy", "numpy.testing", "torch",
-           "torch.testing", "torch.nn.functional", "course.grading", "course.checks")
+           "torch.testing", "torch.nn.functional", "course.grading", "course.checks",
+           "course.mystery", "course.record")
+# importing the key rebinds attributes of the listed guarded modules on purpose
+SIDE_EFFECT_IMPORTS = {"torch._dynamo": ("torch",)}
+# modules of IPython's execution path: their functions and classes must stay the originals
+PATH_MODULES = ("IPython.core.interactiveshell", "IPython.core.events", "IPython.core.inputtransformer2",
+                "IPython.core.compilerop", "IPython.core.prefilter", "IPython.core.displayhook",
+                "IPython.core.displaypub", "IPython.core.ultratb", "IPython.core.builtin_trap",
+                "IPython.core.display_trap", "ipykernel.ipkernel", "ipykernel.kernelbase",
+                "ipykernel.zmqshell", "ipykernel.iostream", "ipykernel.displayhook", "ipykernel.compiler",
+                "jupyter_client.session", "ast", "codeop")
+PATH_PACKAGES = ("IPython", "ipykernel", "jupyter_client")
+# helper objects of the shell (owner, attribute): replacing one is tampering
+PATH_ATTRS = (("shell", "kernel"), ("shell.kernel", "session"), ("shell", "events"),
+              ("shell.events", "callbacks"), ("shell", "compile"), ("shell", "displayhook"),
+              ("shell", "display_pub"), ("shell", "display_trap"), ("shell", "builtin_trap"),
+              ("shell", "input_transformer_manager"), ("shell", "prefilter_manager"),
+              ("shell", "InteractiveTB"), ("shell", "SyntaxTB"), ("shell", "user_module"),
+              ("shell", "user_ns"), ("shell.display_trap", "hook"), ("shell.displayhook", "pub_socket"),
+              ("shell.kernel", "iopub_socket"), ("shell.kernel", "iopub_thread"))
 MARK = "#course-guard"
+_MISSING = object()
 
 
 def install(shell) -> None:
@@ -48,9 +95,16 @@ def install(shell) -> None:
     modules = sys.modules
     real_stdout = sys.stdout
     write, flush = real_stdout.write, real_stdout.flush
-    dumps = json.dumps
-    getattr_, setattr_, hasattr_ = getattr, setattr, hasattr
+    dumps, loads = json.dumps, json.loads
+    getattr_, setattr_, hasattr_, delattr_, isinstance_, id_ = getattr, setattr, hasattr, delattr, isinstance, id
+    callable_, type_, list_, dict_, tuple_, len_ = callable, type, list, dict, tuple, len
+    settrace, gettrace, setprofile, getprofile = sys.settrace, sys.gettrace, sys.setprofile, sys.getprofile
+    getframe, referrers = sys._getframe, gc.get_referrers
+    sha256 = hashlib.sha256
+    parse, dump = ast.parse, ast.dump
     user_ns = shell.user_ns
+    prefixes = tuple(sorted({os.path.realpath(p) + os.sep for p in
+                             (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}))
 
     def snapshot(name, module):
         attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
@@ -60,10 +114,27 @@ def install(shell) -> None:
         if name in modules:
             snapshot(name, modules[name])
 
+    def drifted(name):
+        """Public names of guarded module ``name`` that differ from its snapshot now."""
+        module, _, attrs = snap[name]
+        d = module.__dict__
+        return {k for k, v in attrs.items() if d.get(k, _MISSING) is not v}
+
+    def adopt(targets, before):
+        """After a side-effect import: take into the snapshot what the import itself changed."""
+        for name in targets:
+            if name not in snap or name not in before:
+                continue
+            module, _, attrs = snap[name]
+            for k, v in list_(module.__dict__.items()):
+                if not k.startswith("_") and k not in before[name] and attrs.get(k, _MISSING) is not v:
+                    attrs[k] = v
+
     class Hook(importlib.abc.MetaPathFinder):
         """Snapshot a guarded module right after its first import completes."""
         def find_spec(self, name, path=None, target=None):
-            if name not in wanted or name in snap:
+            side = SIDE_EFFECT_IMPORTS.get(name)
+            if (name not in wanted or name in snap) and side is None:
                 return None
             for finder in sys.meta_path:
                 if finder is self or not hasattr_(finder, "find_spec"):
@@ -78,9 +149,17 @@ def install(shell) -> None:
                 return spec
             inner = loader.exec_module
 
-            def exec_module(module):
-                inner(module)
-                snapshot(name, module)
+            if side is None:
+                def exec_module(module):
+                    inner(module)
+                    snapshot(name, module)
+            else:
+                def exec_module(module):
+                    before = {m: drifted(m) for m in side if m in snap}
+                    try:
+                        inner(module)
+                    finally:
+                        adopt(side, before)
             try:
                 loader.exec_module = exec_module
             except (AttributeError, TypeError):
@@ -88,6 +167,238 @@ def install(shell) -> None:
             return spec
 
     sys.meta_path.insert(0, Hook())
+
+    # ---- IPython's execution path ---------------------------------------------------------
+    refs = {"shell": shell}
+    for owner, attr in PATH_ATTRS:
+        refs[f"{owner}.{attr}"] = getattr(refs.get(owner), attr, None)
+    streams = {"sys.stdout": sys.stdout, "sys.stderr": sys.stderr}
+    plain = (dict, list, tuple, types.ModuleType, type(None))
+    objects, seen = {}, set()
+    for k, v in [*refs.items(), *streams.items()]:
+        if k not in ("shell.user_module", "shell.user_ns") and not isinstance(v, plain) \
+                and hasattr(v, "__dict__") and id(v) not in seen:
+            objects[k] = v
+            seen.add(id(v))
+    kernel = refs["shell.kernel"]
+    tables = {f"kernel.{t}": (getattr(kernel, t), dict(getattr(kernel, t)))
+              for t in ("shell_handlers", "control_handlers") if isinstance(getattr(kernel, t, None), dict)}
+    # CustomTB and its exception tuple are the custom-exception family (suspended, below);
+    # a stream's ``write`` is rebound by IPython's output capture around every cell
+    skip = {("shell", "CustomTB"), ("shell", "custom_exceptions"), ("sys.stdout", "write"),
+            ("sys.stderr", "write")}
+
+    def members(obj):
+        d = getattr(obj, "__dict__", None) or {}
+        out = dict(d)
+        tv = d.get("_trait_values")
+        if isinstance(tv, dict):
+            out.update({f"trait {k}": v for k, v in tv.items()})
+        return out
+
+    def codeish(v):
+        return callable(v) and not isinstance(v, (dict, list, tuple))
+
+    inst = {name: {k: v for k, v in members(obj).items() if codeish(v)} for name, obj in objects.items()}
+    classes = {}
+    extra = [getattr(modules.get("IPython.core.interactiveshell"), n, None)
+             for n in ("ExecutionResult", "ExecutionInfo")]
+    for cls0 in [*(type(o) for o in objects.values()), *(c for c in extra if isinstance(c, type))]:
+        for cls in cls0.__mro__:
+            if cls.__module__.split(".")[0] in PATH_PACKAGES and cls not in classes:
+                classes[cls] = dict(vars(cls))
+    pmods = {}
+    for name in PATH_MODULES:
+        mod = modules.get(name)
+        if mod is not None:
+            pmods[name] = (mod, {k: v for k, v in vars(mod).items() if codeish(v)})
+    trigger_code = type(shell.events).trigger.__code__
+    run_async_code = type(shell).run_cell_async.__code__
+    do_execute = getattr(type(refs["shell.kernel"]), "do_execute", None)
+    stop_codes = {getattr(do_execute, "__code__", None)}
+    allowed_codes = set()
+    for d in [*classes.values(), *(m for _, m in pmods.values())]:
+        for v in d.values():
+            v = getattr(v, "__func__", v)
+            code = getattr(v, "__code__", None)
+            if code is not None:
+                allowed_codes.add(code)
+    pristine_transform = type(shell).transform_cell
+    xmode = getattr(shell.InteractiveTB, "mode", None)
+    flags = getattr(shell.compile, "flags", None)
+
+    def path_check(fix):
+        """Replaced parts of the execution path (names); restore them when ``fix``."""
+        out = []
+        for owner, attr in PATH_ATTRS:
+            want = refs[f"{owner}.{attr}"]
+            holder = refs.get(owner)
+            if getattr_(holder, attr, _MISSING) is not want:
+                out.append(f"{owner}.{attr} (replaced)")
+                if fix:
+                    setattr_(holder, attr, want)
+        for name, obj in objects.items():
+            have = members(obj)
+            d = obj.__dict__
+            tv = d.get("_trait_values") if isinstance_(d.get("_trait_values"), dict) else {}
+            for k, v in inst[name].items():
+                if (name, k) in skip or have.get(k, _MISSING) is v:
+                    continue
+                out.append(f"{name}.{k.replace('trait ', '')} (replaced)")
+                if fix:
+                    (tv if k.startswith("trait ") else d)[k.replace("trait ", "", 1)] = v
+            for k in list_(d):
+                if k not in inst[name] and (name, k) not in skip and hasattr_(type_(obj), k) \
+                        and callable_(d[k]) and callable_(getattr_(type_(obj), k, None)):
+                    out.append(f"{name}.{k} (replaced on the instance)")
+                    if fix:
+                        del d[k]
+        for cls, want in classes.items():
+            have = vars(cls)
+            for k, v in want.items():
+                if have.get(k, _MISSING) is not v:
+                    out.append(f"{cls.__module__}.{cls.__qualname__}.{k} (replaced in the class)")
+                    if fix:
+                        setattr_(cls, k, v)
+            for k in [k for k in have if k not in want]:
+                out.append(f"{cls.__module__}.{cls.__qualname__}.{k} (added to the class)")
+                if fix:
+                    delattr_(cls, k)
+        for name, (mod, want) in pmods.items():
+            d = mod.__dict__
+            for k, v in want.items():
+                if d.get(k, _MISSING) is not v:
+                    out.append(f"{name}.{k} (replaced)")
+                    if fix:
+                        d[k] = v
+        for name, (table, want) in tables.items():
+            for k, v in want.items():
+                if table.get(k, _MISSING) is not v:
+                    out.append(f"{name}[{k!r}] (replaced)")
+                    if fix:
+                        table[k] = v
+        if flags is not None and getattr_(shell.compile, "flags", flags) != flags:
+            out.append("compile.flags (changed)")
+            if fix:
+                shell.compile.flags = flags
+        return out
+
+    def side_hooks(fix):
+        """Trace/profile functions and the traceback mode: removed, named (no cost)."""
+        out = []
+        if gettrace() is not None:
+            out.append(f"sys.settrace({describe(gettrace())})")
+        if getprofile() is not None:
+            out.append(f"sys.setprofile({describe(getprofile())})")
+        for attr, what in (("_trace_hook", "threading.settrace"), ("_profile_hook", "threading.setprofile")):
+            if getattr_(threading, attr, None) is not None:
+                out.append(f"{what}({describe(getattr_(threading, attr))})")
+                if fix:
+                    setattr_(threading, attr, None)
+        if fix:
+            settrace(None)
+            setprofile(None)
+        if xmode is not None and getattr_(shell.InteractiveTB, "mode", xmode) != xmode:
+            out.append(f"the traceback mode ({shell.InteractiveTB.mode})")
+            if fix:
+                shell.InteractiveTB.set_mode(xmode)
+        return out
+
+    # ---- what a notebook may add for its own cells: suspended around tests -----------------
+    itm, pm, callbacks = refs["shell.input_transformer_manager"], refs["shell.prefilter_manager"], \
+        refs["shell.events.callbacks"]
+    containers = [("input transformer (cleanup)", itm, "cleanup_transforms"),
+                  ("input transformer (line)", itm, "line_transforms"),
+                  ("input transformer (token)", itm, "token_transformers"),
+                  ("input transformer (post)", shell, "input_transformers_post"),
+                  ("AST transformer", shell, "ast_transformers"),
+                  ("prefilter transformer", pm, "_transformers"),
+                  ("prefilter checker", pm, "_checkers"),
+                  ("prefilter handler", pm, "_handlers"),
+                  ("prefilter escape handler", pm, "_esc_handlers")]
+    containers = [(label, owner, attr) for label, owner, attr in containers if hasattr(owner, attr)]
+    transformer_labels = {label for label, _, _ in containers}
+    for event in callbacks:
+        containers.append((f"{event} callback", callbacks, event))
+
+    def cget(owner, attr):
+        return owner[attr] if isinstance_(owner, dict) else getattr_(owner, attr, None)
+
+    def cset(owner, attr, value):
+        if isinstance_(owner, dict):
+            owner[attr] = value
+        else:
+            setattr_(owner, attr, value)
+
+    def contents(c):
+        return dict_(c) if isinstance_(c, dict) else list_(c) if isinstance_(c, (list, tuple)) else c
+
+    def items(c):
+        return list_(c.values()) if isinstance_(c, dict) else list_(c) if isinstance_(c, (list, tuple)) else [c]
+
+    def describe(f):
+        if isinstance_(f, str):
+            return f
+        name = getattr_(f, "__qualname__", None) or type_(f).__qualname__
+        mod = getattr_(f, "__module__", None) or type_(f).__module__
+        return f"{name}" if mod in (None, "__main__", "builtins") else f"{mod}.{name}"
+
+    def library(f):
+        """Defined in a file of this Python or its venv (matplotlib_inline's flush_figures ...)."""
+        f = getattr_(f, "__func__", f)
+        code = getattr_(f, "__code__", None)
+        if code is not None:
+            path = code.co_filename
+        else:
+            mod = type_(f).__module__
+            path = "" if mod == "__main__" else getattr_(modules.get(mod), "__file__", None) or ""
+        return path.startswith(prefixes) and os.path.isfile(path)
+
+    pristine_c = {label: (owner, attr, cget(owner, attr), contents(cget(owner, attr)))
+                  for label, owner, attr in containers}
+    custom = (shell.custom_exceptions, shell.__dict__.get("CustomTB"))
+
+    def container_check(fix):
+        """{label: contents now} for every container that differs from its pristine state, and
+        the additions by name; restore the pristine state when ``fix``."""
+        saved, added = {}, []
+        for label, (owner, attr, obj, want) in pristine_c.items():
+            cur = cget(owner, attr)
+            have = contents(cur) if cur is not None else None
+            same = cur is obj and (have == want if isinstance_(want, dict) else
+                                   len_(have) == len_(want) and all(a is b for a, b in zip(have, want)))
+            if same:
+                continue
+            saved[label] = have
+            known = {id_(x) for x in items(want)}
+            added += [(label, x) for x in items(have or []) if id_(x) not in known]
+            if fix:
+                if isinstance_(obj, dict):
+                    obj.clear()
+                    obj.update(want)
+                else:
+                    obj[:] = want
+                if cur is not obj:
+                    cset(owner, attr, obj)
+        if (shell.custom_exceptions, shell.__dict__.get("CustomTB")) != custom:
+            saved["custom exception handler"] = (shell.custom_exceptions, shell.__dict__.get("CustomTB"))
+            caught = tuple_(getattr_(e, "__name__", "?") for e in (shell.custom_exceptions or ()))
+            added.append(("custom exception handler", f"(set_custom_exc for {', '.join(caught) or 'nothing'})"))
+            if fix:
+                shell.custom_exceptions, shell.CustomTB = custom
+        return saved, added
+
+    def put_back(saved):
+        for label, have in saved.items():
+            if label == "custom exception handler":
+                shell.custom_exceptions, shell.CustomTB = have
+                continue
+            owner, attr, obj, _ = pristine_c[label]
+            if isinstance_(obj, dict):
+                obj.clear()
+                obj.update(have)
+            else:
+                obj[:] = have
 
     def changed():
         """Names whose current binding differs from the snapshot."""
@@ -124,19 +435,146 @@ def install(shell) -> None:
                 fixed.append(f"global {k} (rebound module)")
         return fixed
 
+    def caller_problems(f):
+        """The hook must be called (from frame ``f``) by IPython's own event manager, inside its
+        own run_cell_async."""
+        if f is None or f.f_code is not trigger_code:
+            return [f"the guard's hook was called by {getattr_(getattr_(f, 'f_code', None), 'co_qualname', '?')} (wrapped)"]
+        f = f.f_back
+        if f is None or f.f_code is not run_async_code:
+            return [f"pre_run_cell was triggered by {getattr_(getattr_(f, 'f_code', None), 'co_qualname', '?')}"]
+        return []
+
+    def stack_problems(f):
+        """Every frame from run_cell_async up to the kernel's do_execute is IPython's/ipykernel's."""
+        f, out = getattr_(getattr_(f, "f_back", None), "f_back", None), []
+        for _ in range(12):
+            if f is None or f.f_code in stop_codes:
+                break
+            if str(f.f_globals.get("__name__", "")).split(".")[0] in ("asyncio", "tornado"):
+                break
+            if f.f_code not in allowed_codes:
+                out.append(f"the test cell was run through {f.f_code.co_qualname} "
+                           f"({os.path.basename(f.f_code.co_filename)})")
+                break
+            f = f.f_back
+        return out
+
+    def copy_problems():
+        """Other pre_run_cell callbacks that run in this very cell (the event manager's copy)."""
+        live = callbacks.get("pre_run_cell")
+        want = [id_(x) for x in pristine_c["pre_run_cell callback"][3]]
+        for lst in referrers(hook):
+            if type_(lst) is not list or lst is live or [id_(x) for x in lst] == want:
+                continue
+            if any(type_(r).__name__ == "list_iterator" for r in referrers(lst)):
+                return [f"pre_run_cell callback {describe(x)} (runs in this cell)"
+                        for x in lst if x is not hook and id_(x) not in want] or \
+                       ["the pre_run_cell callbacks of this cell (reordered)"]
+        return []
+
+    def rewrites(saved, raw):
+        """Would the suspended transformers have changed the test's code? (the reason, or None)"""
+        mine = {label: have for label, have in saved.items() if label in transformer_labels}
+        if not mine:
+            return None
+        expect = pristine_transform(shell, raw)
+        try:
+            put_back(mine)
+            try:
+                text = pristine_transform(shell, raw)
+            finally:
+                container_check(True)
+            tree = parse(text)
+            for t in (mine.get("AST transformer") or pristine_c["AST transformer"][3]):
+                tree = t.visit(tree)
+            same = dump(tree) == dump(parse(expect))
+        except BaseException as err:  # noqa: BLE001 - student code
+            return f"raised {type_(err).__name__} on it"
+        return None if same else "rewrote its code"
+
+    state = {"armed": None, "saved": {}, "pending": None}
+
     def hook(info=None):
+        trace, profile = gettrace(), getprofile()
+        if trace is not None or profile is not None:
+            settrace(None)
+            setprofile(None)
+        if state["pending"] is not None:
+            # the post_* callbacks suspended for the last test (see control_stage)
+            put_back(state["pending"])
+            state["pending"] = None
         cell = getattr_(info, "raw_cell", "") or ""
-        if not cell.startswith(MARK):
+        control = cell.startswith(MARK)
+        if not control and state["armed"] is None:
+            if trace is not None or profile is not None:
+                settrace(trace)     # a notebook's own tracer keeps tracing its own cells
+                setprofile(profile)
             return
-        parts = cell.split(None, 2)
-        stage = parts[1] if len(parts) > 1 else ""
-        if stage == "pre":
-            names = json.loads(parts[2]) if len(parts) > 2 else []
-            report = {"stage": "pre", "restored": restore(names)}
-        else:
-            report = {"stage": "post", "changed": changed()}
-            restore([])
+        state["trace"] = (trace, profile)
+        caller = getframe(1)
+        try:
+            report = control_stage(info, cell, caller) if control else test_stage(info, cell, caller)
+        except Exception as err:  # noqa: BLE001 - a guard failure must show, and void the test
+            report = {"stage": "error", "error": f"{type_(err).__name__}: {err}"}
         write("course-guard: " + dumps(report) + "\n")
         flush()
 
+    def traced():
+        trace, profile = state.pop("trace", (None, None))
+        return ([f"sys.settrace({describe(trace)})"] if trace is not None else []) + \
+               ([f"sys.setprofile({describe(profile)})"] if profile is not None else [])
+
+    def control_stage(info, cell, caller):
+        parts = cell.split(None, 2)
+        stage = parts[1] if len(parts) > 1 else ""
+        if stage == "pre":
+            payload = loads(parts[2]) if len(parts) > 2 else {}
+            if isinstance_(payload, list):
+                payload = {"names": payload}
+            tampered = caller_problems(caller) + path_check(True)
+            removed = traced() + side_hooks(True)
+            saved, added = container_check(True)
+            done = getattr_(info, "transformed_cell", None)
+            if done is not None and pristine_transform(shell, cell) != done:
+                tampered.append("an input transformer rewrote the grader's control cell")
+            state["armed"] = payload.get("sha", "")
+            state["saved"] = saved
+            return {"stage": "pre", "restored": restore(payload.get("names", [])),
+                    "tampered": tampered, "removed": removed,
+                    "suspended": [f"{label} {describe(x)}" for label, x in added
+                                  if label == "custom exception handler" or not library(x)]}
+        state["armed"] = None
+        saved, added = container_check(True)
+        report = {"stage": "post", "changed": changed() + path_check(True) + traced() + side_hooks(True) +
+                  [f"{label} {describe(x)} (added)" for label, x in added]}
+        restore([])
+        # post_* callbacks come back at the next cell: in this control cell they would run after
+        # its report and could clear it; the rest now, so the next cell is transformed as before
+        late = ("post_execute callback", "post_run_cell callback")
+        put_back({k: v for k, v in state["saved"].items() if k not in late})
+        state["pending"] = {k: v for k, v in state["saved"].items() if k in late}
+        state["saved"] = {}
+        return report
+
+    def test_stage(info, cell, caller):
+        want, state["armed"] = state["armed"], None
+        problems = []
+        why = rewrites(state["saved"], cell)
+        if why:
+            problems += [f"{label} {describe(x)} {why}" for label in state["saved"] if label in transformer_labels
+                         for x in items(state["saved"][label] or [])
+                         if id_(x) not in {id_(y) for y in items(pristine_c[label][3])}] or [why]
+        problems += caller_problems(caller) + stack_problems(caller) + copy_problems()
+        problems += path_check(True) + [f"{h} (set after the grader's check)" for h in traced() + side_hooks(True)]
+        _, added = container_check(True)
+        problems += [f"{label} {describe(x)} (added after the grader's check)" for label, x in added]
+        if want and sha256(cell.encode()).hexdigest() != want:
+            problems.append("the cell that ran is not the test cell the grader sent")
+        if pristine_transform(shell, cell) != getattr_(info, "transformed_cell", None):
+            problems.append("the test cell was transformed by something other than IPython's own path")
+        return {"stage": "test", "tampered": problems}
+
     shell.events.register("pre_run_cell", hook)
+    pristine_c["pre_run_cell callback"] = (callbacks, "pre_run_cell", callbacks["pre_run_cell"],
+                                           list(callbacks["pre_run_cell"]))

@@ -12,9 +12,12 @@ kernel). On top of ``Execute`` it:
   dies (KernelDied: CPU limit, os._exit, crash) or stops answering (CellTimeoutError: no output
   within ``iopub_timeout``, e.g. after replacing a builtin the kernel itself needs). Every later code cell gets a ``NotRun`` error
   output, so every later test cell scores 0, and the reason is in the notebook and the feedback;
-- around each autograder-test cell, asks the kernel's monkeypatch guard (``kernel_guard``) to
-  restore what the test relies on, and fails the test (GradingIntegrityError) if something it
-  relies on was replaced while it ran, or if the guard does not answer.
+- around each autograder-test cell, asks the kernel's guard (``kernel_guard``) to restore what the
+  test relies on and IPython's execution path (its notes go on top of the test's output), takes
+  the guard's report out of the test cell's own output, and fails the test (GradingIntegrityError)
+  if the submission changed how IPython runs cells (a replaced method or helper, a transformer
+  that rewrites the test, a wrapped guard hook), if something the test relies on was replaced
+  while it ran, or if the guard does not answer before, at the start of, or after the test.
 Error names a reader of the autograded notebook can rely on: CellTimeoutError, OutputLimitError,
 KernelDied, NotRun, GradingIntegrityError (plus the student's own, e.g. MemoryError).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -115,26 +119,39 @@ class SandboxedExecute(Execute):
             cell.outputs = [_error("NotRun", f"not run: {self._stopped}")]
             return cell, resources
         test = _is_test(cell) and self.guard
-        restored = []
+        restored, void = [], []
         if test:
-            report = self._guard(f"pre {json.dumps(_names(cell.source))}", index)
-            if report is None:
+            payload = {"names": _names(cell.source),
+                       "sha": hashlib.sha256(cell.source.encode()).hexdigest()}
+            report = self._guard(f"pre {json.dumps(payload)}", index)
+            if report is None or report.get("stage") != "pre":
+                why = report.get("error", "") if report else ""
                 cell.outputs = [_error("GradingIntegrityError", "the grading guard did not answer "
-                                       "before this test (was it disabled?); the test was not run")]
+                                       f"before this test (was it disabled?{' ' + why if why else ''}); "
+                                       "the test was not run")]
                 return cell, resources
             restored = report.get("restored", [])
+            notes = [("the grader restored what the submission had replaced", restored),
+                     ("the grader removed the submission's", report.get("removed", [])),
+                     ("the grader ran this test without the submission's own hooks (put back after "
+                      "the test)", report.get("suspended", []))]
+            void = list(report.get("tampered", []))
         self._timed_out = False
         self._cell_bytes, self._over = 0, False
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             status = self._exit_status()
+            if test:
+                self._test_report(cell)
             self._stopped = f"the kernel died in cell {index}{status}"
             cell.outputs.append(_error("KernelDied", f"the kernel died while running this cell"
                                        f"{status} (a CPU-time or memory limit, os._exit, a crash); "
                                        "the cells after it were not run"))
             return cell, resources
         except CellTimeoutError as err:  # no output at all within iopub_timeout: a wedged kernel
+            if test:
+                self._test_report(cell)
             self._stopped = f"the kernel stopped answering in cell {index}"
             cell.outputs.append(_error("CellTimeoutError", "the kernel stopped answering while "
                                        f"running this cell ({str(err).splitlines()[1][:120]}); the "
@@ -147,18 +164,51 @@ class SandboxedExecute(Execute):
             cell.outputs.append(_error("OutputLimitError", f"this cell printed more than "
                                        f"{self.max_output_bytes} bytes; the autograder interrupted "
                                        "it and did not run the cells after it"))
+        problems = self._test_report(cell) if test else []
         if test and not self._stopped:
+            void += problems
+            if void:
+                cell.outputs.append(_error("GradingIntegrityError", "the submission changed how IPython "
+                                           f"runs cells ({'; '.join(void)}); the grader restored it, "
+                                           "and this test is void"))
             report = self._guard("post", index)
-            changed = None if report is None else report.get("changed", [])
+            changed = None if report is None or report.get("stage") != "post" else report.get("changed", [])
             if changed is None or changed:
                 what = ", ".join(changed) if changed else "the guard did not answer"
                 cell.outputs.append(_error("GradingIntegrityError", "something this test relies on "
                                            f"was replaced while it ran ({what}); the test is void"))
-        if restored:
-            note = ("[autograder] before this test, the grader restored what the submission had "
-                    f"replaced: {', '.join(restored)}\n")
-            cell.outputs.insert(0, new_output("stream", name="stdout", text=note))
+        if test:
+            text = "".join(f"[autograder] before this test, {what}: {', '.join(names)}\n"
+                           for what, names in notes if names)
+            if text:
+                cell.outputs.insert(0, new_output("stream", name="stdout", text=text))
         return cell, resources
+
+    def _test_report(self, cell) -> list[str]:
+        """Take the guard's line(s) out of a test cell's output: what it found when the test
+        started (a list of problems; one if the guard did not see the test start, or twice)."""
+        reports = []
+        for out in cell.outputs:
+            if out.get("output_type") != "stream" or out.get("name") != "stdout" \
+                    or "course-guard: " not in out.get("text", ""):
+                continue
+            kept = []
+            for line in out["text"].splitlines(keepends=True):
+                if line.startswith("course-guard: "):
+                    try:
+                        reports.append(json.loads(line[len("course-guard: "):]))
+                    except ValueError:
+                        reports.append({"stage": "garbled"})
+                else:
+                    kept.append(line)
+            out["text"] = "".join(kept)
+        cell.outputs = [o for o in cell.outputs if o.get("output_type") != "stream" or o.get("text")]
+        tests = [r for r in reports if r.get("stage") == "test"]
+        if len(reports) != 1 or len(tests) != 1:
+            errors = [r["error"] for r in reports if r.get("error")]
+            return [f"the grading guard did not see this test start as expected ({len(reports)} reports"
+                    f"{': ' + '; '.join(errors) if errors else ''})"]
+        return list(tests[0].get("tampered", []))
 
     def _guard(self, stage: str, index: int) -> dict | None:
         """Send a guard control cell; the report, or None when there is none."""

@@ -7,6 +7,10 @@ shows that the rest of the class is graded: ``good`` is in the same batch and mu
 Expectations are per test cell (``EXPECT``: grade_id -> earns its points?) plus the error name a
 reader of the autograded notebook finds (the reason an instructor or a class summary can state:
 CellTimeoutError, OutputLimitError, KernelDied, NotRun, GradingIntegrityError, MemoryError, ...).
+The toy class also holds the submissions that install hooks on IPython's execution path
+(``SHELL_HOOKS``: input/AST transformers, callbacks, a custom exception handler, a tracer, replaced
+methods, a wrapped guard), which must score 0 with the reason named, and one (``hook_harmless``)
+that uses the same families harmlessly and keeps full marks.
 The toy class runs with short limits for speed (6 s per cell, 1.5 GB address space, 64 processes,
 200 kB output per cell); the guarded class (torch) with the configured ones.
 """
@@ -51,6 +55,65 @@ except OSError as err:
 """
 
 
+UNTOUCHED_SQ = "def square(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+UNTOUCHED_CUBE = "def cube(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+SOLVED_CUBE = "def cube(x):\n    return x ** 3"
+IP = "ip = get_ipython()\n"
+# A hook the submission installs on IPython's execution path, one per family (tests/ issue 16):
+# student -> (first lines of the answer cell, solved?, text the autograded notebook must show).
+# Without the shell guard each of these earns the test cells' points; with it, they score 0.
+SHELL_HOOKS = {
+    # the issue's line, on the untouched release: every later cell, the tests too, becomes `pass`
+    "hook_input_post": ("get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])", False,
+                        "input transformer (post) <lambda> rewrote its code"),
+    # on a solved notebook: rewriting a test cell voids it even where the answer is right
+    "hook_input_cleanup": ("get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])",
+                           True, ("GradingIntegrityError: the submission changed how IPython runs cells",
+                                  "input transformer (cleanup) <lambda> rewrote its code")),
+    "hook_ast": ("import ast\nclass Blank(ast.NodeTransformer):\n    def visit_Module(self, node):\n"
+                 "        node.body = [ast.Pass()]\n        return node\nget_ipython().ast_transformers.append(Blank())",
+                 True, "AST transformer Blank rewrote its code"),
+    # hooks IPython lets a notebook add for its own cells, suspended around each test (one student
+    # for the three families, to keep the class small): a callback that clears the failing test's
+    # output, a handler that swallows every exception, a tracer that jumps over assert lines
+    "hook_suspended": ("from IPython.display import clear_output\n"
+                       "get_ipython().events.register('post_run_cell', lambda result: clear_output())\n"
+                       "get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)\n"
+                       "import sys, linecache\ndef skip(frame, event, arg):\n    if event == 'line':\n"
+                       "        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)\n"
+                       "        if line.lstrip().startswith('assert'):\n            for n in range(1, 5):\n"
+                       "                try:\n                    frame.f_lineno += n\n                    break\n"
+                       "                except ValueError:\n                    pass\n    return skip\n"
+                       "sys.settrace(skip)", False,
+                       ("without the submission's own hooks (put back after the test): post_run_cell callback",
+                        "custom exception handler (set_custom_exc for Exception)",
+                        "the grader removed the submission's: sys.settrace(skip)")),
+    # IPython's own methods replaced: on the instance (error display, run_cell) and in the class
+    "hook_replaced": ("get_ipython().showtraceback = lambda *a, **k: None\n" + IP +
+                      "_run = ip.run_cell\ndef run_cell(raw, *a, **k):\n"
+                      "    return _run(raw if raw.startswith('#') else 'pass', *a, **k)\nip.run_cell = run_cell\n"
+                      "type(ip).transform_cell = lambda self, raw: raw if raw.startswith('#') else 'pass\\n'",
+                      False, ("shell.showtraceback (replaced on the instance)",
+                              "shell.run_cell (replaced on the instance)",
+                              "ZMQInteractiveShell.transform_cell (added to the class)")),
+    # the guard's own pre_run_cell hook, wrapped: the wrapper tampers again after the guard checked
+    "hook_guard_wrapped": (IP + "guard = ip.events.callbacks['pre_run_cell'][-1]\n"
+                           "ip.events.unregister('pre_run_cell', guard)\ndef wrapper(info):\n    guard(info)\n"
+                           "    ip.input_transformers_post[:] = [lambda lines: ['pass\\n']]\n"
+                           "ip.events.register('pre_run_cell', wrapper)", False,
+                           "the guard's hook was called by wrapper (wrapped)"),
+}
+# ordinary uses of the same families, on a solved notebook: full marks, nothing voided
+HARMLESS_HOOKS = (IP + "ip.input_transformers_post.append(lambda lines: lines)\n"
+                  "import ast\nclass Nothing(ast.NodeTransformer):\n    pass\nip.ast_transformers.append(Nothing())\n"
+                  "runs = []\nip.events.register('post_run_cell', lambda result: runs.append(1))\n"
+                  "ip.events.register('pre_execute', lambda: None)\n"
+                  "def zero_handler(self, etype, value, tb, tb_offset=None):\n"
+                  "    self.showtraceback((etype, value, tb), tb_offset=tb_offset)\n"
+                  "ip.set_custom_exc((ZeroDivisionError,), zero_handler)\n"
+                  "import sys\nsys.settrace(lambda frame, event, arg: None)\n" + SQ)
+
+
 def toy_cases(root, port):
     """student -> (edits by grade_id, {test grade_id: earns points?}, error name expected somewhere)."""
     full = {"test_square": True, "test_cube": True}
@@ -79,12 +142,21 @@ def toy_cases(root, port):
                           {"test_square": False, "test_cube": True}, "AssertionError"),
         "deleted_test": ({"test_cube": None, "cube": "def cube(x):\n    return 0"},
                          {"test_square": True, "test_cube": False}, "AssertionError"),
+        "hook_harmless": ({"square": HARMLESS_HOOKS}, full, None),
+        **{student: ({"square": hook + "\n" + (SQ if solved else UNTOUCHED_SQ),
+                      "cube": SOLVED_CUBE if solved else UNTOUCHED_CUBE},
+                     {"test_square": False, "test_cube": False}, reason)
+           for student, (hook, solved, reason) in SHELL_HOOKS.items()},
     }
 
 
 GUARDED_SOURCE = [
     ("setup", "import math\nimport torch", dict(locked=True)),
-    ("halve", "def halve(t):\n    ### BEGIN SOLUTION\n    return t / 2\n    ### END SOLUTION",
+    # the solution's first optimizer step imports torch._dynamo, which rebinds torch.manual_seed
+    # itself, during the first test: not the submission's patch (issue 11)
+    ("halve", "def halve(t):\n    ### BEGIN SOLUTION\n    w = torch.zeros(1, requires_grad=True)\n"
+              "    (2 * w).sum().backward()\n    torch.optim.SGD([w], lr=0.1).step()\n"
+              "    return t / 2\n    ### END SOLUTION",
      dict(solution=True)),
     ("test_allclose", "assert torch.allclose(halve(torch.tensor([2.0, 4.0])), torch.tensor([1.0, 2.0]))",
      dict(grade=True, locked=True, points=1)),
@@ -118,6 +190,11 @@ GUARD_CASES = {
                              "        return types.SimpleNamespace(assert_close=lambda *a, **k: None)\n"
                              "    return _real(name, *a, **k)\nbuiltins.__import__ = _fake",
                      "builtins.__import__"),
+    # a real patch of torch.manual_seed is still named, torch._dynamo imported after it or not; a
+    # guarded module the notebook imports only later (course.mystery) is guarded too
+    "patch_seed_mystery": (WRONG + "\ntorch.manual_seed = lambda *a, **k: None\nimport torch._dynamo\n"
+                           "import course.mystery\ncourse.mystery.check_fix = lambda *a, **k: None",
+                           ("torch.manual_seed", "course.mystery.check_fix")),
     # patched inside the graded function, while the test runs: the test is void
     "patch_in_call": ("def halve(t):\n    import math\n    math.isclose = lambda *a, **k: True\n    return t",
                       "GradingIntegrityError: something this test relies on was replaced while it ran "
@@ -222,8 +299,8 @@ def test_bad_submission_gets_a_score_and_a_reason(toy_class, student):
             assert (score == max_score) == expect[gid], \
                 f"{student}/{gid}: {score}/{max_score}, expected {'full' if expect[gid] else 0}; " \
                 f"outputs {outs.get(gid)!r}"
-    if reason:
-        assert any(reason in text for text in outs.values()), f"{student}: no {reason} in {outs}"
+    for text in (reason,) if isinstance(reason, str) else reason or ():
+        assert any(text in out for out in outs.values()), f"{student}: no {text!r} in {outs}"
     size = (run.root / "autograded" / student / "toy" / "toy.ipynb").stat().st_size
     assert size < 1_000_000, f"{student}: autograded notebook is {size} bytes"
 
@@ -245,6 +322,16 @@ def test_snoop_is_blocked(toy_class, listener):
     assert b"HOSTILE-MARKER" not in (run.root / "submitted/good/toy/toy.ipynb").read_bytes()
     with pytest.raises(OSError):
         listener.accept()
+
+
+def test_harmless_hooks_cost_nothing(toy_class):
+    """Ordinary uses of IPython's hooks (a do-nothing input or AST transformer, counting callbacks,
+    a custom handler for another exception, a tracer) keep full marks and void nothing; they are
+    suspended around each test and put back for the notebook's own cells."""
+    run, _ = toy_class
+    outs = run.outputs("hook_harmless")
+    assert not any("GradingIntegrityError" in text for text in outs.values()), outs
+    assert "put back after the test" in outs["test_square"], outs
 
 
 def test_timeout_is_in_the_feedback(toy_class):
@@ -271,4 +358,5 @@ def test_monkeypatching_does_not_pass(guarded_class, student):
     assert not earned, f"{student} earned {sorted(earned)} with a wrong answer: {outs}"
     if student != "wrong":
         seen = GUARD_CASES[student][1]
-        assert any(seen in text for text in outs.values()), f"{student}: no {seen!r} in {outs}"
+        for text in (seen,) if isinstance(seen, str) else seen:
+            assert any(text in out for out in outs.values()), f"{student}: no {text!r} in {outs}"
