@@ -12,16 +12,24 @@
 # **What you learn.** The loop every notebook in this course repeats: look at a *symptom*, write down
 # at least two *hypotheses* that would each produce it, run a *cheap test* that could prove each one
 # wrong (and run it on a healthy pipeline too, as a *negative control*), then *fix* at the right depth
-# and re-run to see the symptom gone.
+# and re-run to see the symptom gone. You watch the loop once on a colleague's run, then you run it
+# yourself on a **mystery pipeline** whose bug nobody tells you.
+#
+# **Predict, then reveal.** Before each result that is the lesson, a *Predict* cell asks you to write
+# your guess into `prediction`; the cell after it prints your guess beside what was measured. Nothing
+# there is graded: the point is to commit to an answer before you see it.
 #
 # **Time.** About 30 seconds of computation on a laptop CPU. **GPU:** not needed anywhere.
 #
 # **How grading works.** Cells marked `# YOUR CODE HERE` are yours. The cell after each one holds
 # tests: the visible ones run when you run the cell; the autograder adds hidden ones that try your
-# code on cases you have not seen. A detector is graded like a test suite: it must stay quiet on
-# healthy runs *and* fire on broken ones, so answering always "bug" (or never) scores nothing.
-# Do not delete or edit the test cells. Before you submit, press *Validate* in the notebook's
-# toolbar: it saves the notebook, runs it from the top and lists every test cell that fails.
+# code on cases you have not seen (other seeds, other bugs). A detector is graded like a test suite:
+# it must stay quiet on healthy pipelines *and* fire on broken ones, so answering always "bug" (or
+# never) scores nothing. While your code is graded, the package functions that would do the exercise
+# for you (here `course.checks.update_report`, and the functions that draw and reveal mysteries) are
+# switched off: call them and the test fails. A warning your code triggers is printed, never held
+# against you. Do not delete or edit the test cells. Before you submit, press *Validate* in the
+# notebook's toolbar: it saves the notebook, runs it from the top and lists every test cell that fails.
 
 # %% [markdown]
 # Everything this course runs comes from one small package, `course`. Its models are tiny, and tiny
@@ -39,6 +47,7 @@ from course import Pipeline
 from course.bugs import inject
 from course.train import train
 from course.plots import loss_plot
+from course.record import reveal
 
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 
@@ -47,10 +56,12 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 #
 # The data is a synthetic language: a second-order Markov chain whose every probability we know. So we
 # know, exactly, the loss of a uniform guess `ln(V)`, the best loss without context (the unigram
-# entropy) and the best loss any model can reach (the entropy rate). Every loss plot carries them.
+# entropy) and the best loss a model can reach on these windows (the window floor). Every loss plot
+# carries them. To keep this notebook fast we train the reference recipe with batches of 32 windows.
 
 # %%
-pipe = Pipeline()
+pipe = Pipeline(batch_size=32)
+STEPS = 150
 lang = pipe.language()
 baselines = lang.baselines(pipe.seq_len)
 for name, value in baselines.items():
@@ -59,20 +70,25 @@ for name, value in baselines.items():
 # %% [markdown]
 # ## The symptom
 #
-# We train the reference pipeline and a colleague's copy of it for 200 steps each. Their copy has one
-# bug from the course's catalogue. Watch the two curves.
+# We train the reference pipeline and a colleague's copy of it for the same number of steps, from the
+# same seed. Their copy has one bug from the course's catalogue. Before you look at the curves, commit
+# to a guess.
 
 # %%
-healthy = train(pipe, steps=200, seed=0, eval_every=0, progress=True)
-colleague = train(inject(pipe, "lr-zero"), steps=200, seed=0, eval_every=0, progress=True)
+prediction = None  # your guess: the colleague's mean training loss over its last 20 steps, in nats (a number)
+
+# %%
+healthy = train(pipe, steps=STEPS, seed=0, eval_every=0, progress=True)
+colleague = train(inject(pipe, "lr-zero"), steps=STEPS, seed=0, eval_every=0, progress=True)
 
 # %%
 ax = loss_plot({"reference": healthy.history["loss"], "colleague's copy": colleague.history["loss"]},
-               baselines, title="200 steps of the same recipe")
+               baselines, title=f"{STEPS} steps of the same recipe")
 plt.show()
 
 # %% [markdown]
-# In numbers: the mean loss over the first and the last 20 steps of each run.
+# In numbers: the mean loss over the first and the last 20 steps of each run, and your guess beside
+# the colleague's.
 
 # %%
 def first_last(losses, window=20):
@@ -81,13 +97,21 @@ def first_last(losses, window=20):
 for label, run in [("reference", healthy), ("colleague", colleague)]:
     first, last = first_last(run.history["loss"])
     print(f"{label:>10}: first {first:.3f}, last {last:.3f}, drop {first - last:+.3f}")
+reveal(f"the colleague's mean loss over its last 20 of {STEPS} steps", prediction,
+       f"{first_last(colleague.history['loss'])[1]:.3f} nats (ln(V) = {baselines['uniform ln(V)']:.3f})")
 
 # %% [markdown]
-# ## Exercise 1: a detector for a stuck loss
+# ## Exercise 1: a detector for a stuck loss (2 points)
 #
-# Write `loss_is_stuck(losses)`: return `True` when the mean of the last `window` losses is less than
-# `min_drop` below the mean of the first `window`, else `False`. It is a symptom detector, not a
-# diagnosis: it says *that* something is wrong, not *what*.
+# Write `loss_is_stuck(losses, window=20, min_drop=0.05)`. `losses` is a list of floats (finite, at
+# least `2 * window` of them). Return `True` (the loss is stuck) unless the mean of the last `window`
+# losses is **at least `min_drop` below** the mean of the first `window` losses; else `False`.
+#
+# * A loss that *rises* is stuck too: it did not fall.
+# * Use the `window` and `min_drop` you are given: the hidden tests call it with other values.
+# * Return a `bool` (a numpy or torch boolean is accepted). Exact ties at `min_drop` are not tested.
+#
+# It is a symptom detector, not a diagnosis: it says *that* something is wrong, not *what*.
 
 # %% nbgrader={"grade": false, "grade_id": "loss_is_stuck", "locked": false, "schema_version": 3, "solution": true}
 def loss_is_stuck(losses, window=20, min_drop=0.05):
@@ -98,26 +122,42 @@ def loss_is_stuck(losses, window=20, min_drop=0.05):
     ### END SOLUTION
 
 # %% [markdown]
-# The visible test tries it on the two runs above. The hidden tests try it on fresh runs with other
-# seeds and other bugs.
+# The visible test tries it on the two runs above and on two made-up curves. The hidden tests try it
+# on fresh runs with other seeds and other bugs, and on curves that rise, with other windows and
+# thresholds.
 
 # %% nbgrader={"grade": true, "grade_id": "test_loss_is_stuck", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course.grading import assert_detector
+from course.grading import assert_detector, captured_warnings
 
 assert_detector(loss_is_stuck, healthy={"reference": healthy.history["loss"]},
                 broken={"colleague": colleague.history["loss"]}, what="stuck-loss detector")
-assert loss_is_stuck([3.0] * 40) and not loss_is_stuck([3.0] * 20 + [2.0] * 20), "check the direction of the drop"
+with captured_warnings():
+    assert loss_is_stuck([3.0] * 40), "a loss that does not move at all is stuck"
+    assert not loss_is_stuck([3.0] * 20 + [2.0] * 20), \
+        "a loss that falls by 1.0 (more than min_drop) is not stuck: check the direction of the drop"
 ### BEGIN HIDDEN TESTS
-from course.grading import quiet
-with quiet():
-    _fresh = {
-        name: train(pipe if name == "healthy" else inject(pipe, name), steps=60, seed=7, eval_every=0).history["loss"]
-        for name in ("healthy", "missing-step", "requires-grad-off", "clip-to-zero")
-    }
-assert_detector(lambda l: loss_is_stuck(l, window=10), healthy={"healthy seed 7": _fresh["healthy"]},
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.mystery import make as _make
+from course.train import train as _train
+
+_tiny = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                  n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
+with captured_warnings():
+    _fresh = {name: _train(_make(name, 3, _tiny, salt="h-00-stuck-91"), steps=40, seed=7, eval_every=0).history["loss"]
+              for name in ("healthy", "missing-step", "requires-grad-off", "clip-to-zero")}
+assert_detector(lambda l: loss_is_stuck(l, window=10), healthy={"healthy, fresh seed": _fresh["healthy"]},
                 broken={k: v for k, v in _fresh.items() if k != "healthy"}, what="stuck-loss detector")
-assert loss_is_stuck([2.0] * 10 + [1.99] * 10, window=10, min_drop=0.05)
-assert not loss_is_stuck([2.0] * 10 + [1.0] * 10, window=10, min_drop=0.5)
+with captured_warnings():
+    assert loss_is_stuck([2.0] * 10 + [2.5] * 10, window=10, min_drop=0.05), \
+        "a loss that rises did not fall: it is stuck"
+    assert loss_is_stuck([2.0] * 10 + [1.99] * 10, window=10, min_drop=0.05), \
+        "a drop smaller than min_drop is stuck"
+    assert loss_is_stuck([2.0] * 10 + [1.7] * 10, window=10, min_drop=0.5), \
+        "use the min_drop you are given: a drop smaller than it is stuck"
+    assert not loss_is_stuck([2.0] * 10 + [1.99] * 10, window=10, min_drop=0.001), \
+        "use the min_drop you are given: a drop at least that large is not stuck"
+    assert not loss_is_stuck([2.0] * 5 + [3.0] * 30 + [1.0] * 5, window=5, min_drop=0.5), \
+        "use the window you are given: compare the first and the last `window` losses"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -148,65 +188,390 @@ def one_step_report(pipeline, seed=0):
 control = one_step_report(pipe)
 print("reference:", control.cause(), f"({len(control.unchanged)} of {control.n_params} tensors unchanged)")
 
+# %% [markdown]
+# Now the colleague's copy. Hypothesis 1 predicts that no tensor changes; hypothesis 2 that they change
+# as on the reference. Commit to a number first.
+
+# %%
+prediction = None  # your guess: how many of the model's parameter tensors one step of the colleague's copy leaves unchanged
+
 # %%
 suspect = one_step_report(inject(pipe, "lr-zero"))
-print("colleague:", suspect.cause(), f"({len(suspect.unchanged)} of {suspect.n_params} tensors unchanged,",
-      f"gradient norm {suspect.grad_norm:.3f}, learning rates {suspect.lrs})")
+reveal(f"tensors left unchanged by one step (of {suspect.n_params})", prediction, len(suspect.unchanged))
+print("colleague:", suspect.cause(), f"(gradient norm {suspect.grad_norm:.3f}, learning rates {suspect.lrs})")
 
 # %% [markdown]
 # Hypothesis 2 predicted moving parameters; they did not move, so it is falsified. The gradients are
-# there and finite, so the model *could* learn: the update is what is missing.
+# there and finite, so the model *could* learn: the update is what is missing, and the optimizer's
+# learning rate, printed above, says why.
 #
-# ## Exercise 2: the diagnosis record
-#
-# Fill in the record of this investigation: make `diagnosis_record()` return a `Diagnosis`.
-# `result` must be exactly the cause that the test above printed for the colleague's pipeline (the
-# hidden test re-runs the test and compares).
-
-# %% nbgrader={"grade": false, "grade_id": "diagnosis_record", "locked": false, "schema_version": 3, "solution": true}
-from course.record import Diagnosis
-
-def diagnosis_record():
-    ### BEGIN SOLUTION
-    return Diagnosis(
-        symptom="training loss flat at ln(V) for 200 steps while the reference falls",
-        hypotheses=["no updates: parameters never change", "no signal: targets carry nothing learnable"],
-        test="one step, compare every parameter bit for bit (update_report), reference as negative control",
-        prediction="no updates: every tensor unchanged; no signal: tensors change",
-        result="lr-zero",
-    )
-    ### END SOLUTION
-
-# %% nbgrader={"grade": true, "grade_id": "test_diagnosis_record", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-record = diagnosis_record()
-assert record.problems() == [], f"the record is not yet a falsifiable investigation: {record.problems()}"
-### BEGIN HIDDEN TESTS
-assert record.result == one_step_report(inject(pipe, "lr-zero"), seed=3).cause(), \
-    "result should be the cause the update test measured on the colleague's pipeline"
-### END HIDDEN TESTS
-
-# %% [markdown]
 # ## The fix, at the right depth
 #
-# The learning rate was zero, so the fix is the learning rate, not a larger model, a different
-# optimizer, or more steps. We re-run the colleague's pipeline with the reference's learning rate and
-# check that the symptom is gone: the same detector, now on the fixed run.
+# The optimizer was built with a learning rate of 0, and the only thing that sets it is the recipe's
+# `lr`. So the fix is that one setting, not a larger model, a different optimizer or more steps. We
+# re-run the colleague's pipeline with the reference's learning rate, on a fresh seed, and look with the
+# same detector that saw the symptom, your `loss_is_stuck`.
 
 # %%
-fixed = train(inject(pipe, "lr-zero").replace(lr=pipe.lr), steps=200, seed=0, eval_every=0, progress=True)
+fixed = train(inject(pipe, "lr-zero").replace(lr=pipe.lr), steps=STEPS, seed=1, eval_every=0, progress=True)
 print("stuck before the fix:", loss_is_stuck(colleague.history["loss"]),
       "| stuck after:", loss_is_stuck(fixed.history["loss"]))
 
 # %%
-ax = loss_plot({"colleague's copy": colleague.history["loss"], "after the fix": fixed.history["loss"]},
+ax = loss_plot({"colleague's copy": colleague.history["loss"], "after the fix (seed 1)": fixed.history["loss"]},
                baselines, title="The symptom is gone")
 plt.show()
 
 # %% [markdown]
-# ## Explore: the same test on every "no updates" bug
+# ## Exercise 2: your mystery pipeline
 #
-# Pick a bug from the catalogue's *no-updates* family; the cell runs the one-step test on it. Note
-# which bugs the test names exactly and which it only narrows down.
+# Now nobody tells you the bug. `mystery` below is a pipeline drawn by seed from the *no-updates*
+# family of bugs, or healthy. It is **opaque**: every part is a `<part>` that says nothing about what it
+# does, and its settings (`mystery.lr`, `mystery.clip`, ...) are the healthy ones, so reading them
+# tells you nothing. The only way in is to *call* its parts and watch what they do. It is a smaller
+# recipe than the one above (one layer, 16-token windows, batches of 16), so a run takes a fraction of
+# a second.
+#
+# The parts a no-updates bug can live in, with the reference part that a fix puts back
+# (all in `course.pipeline`):
+#
+# | part | what it does | reference |
+# |---|---|---|
+# | `prepare` | `prepare(model) -> model`, called by `build_model` on every new model | `prepare_model` |
+# | `make_optimizer` | `make_optimizer(model, pipe) -> optimizer`: which tensors it holds | `build_optimizer` |
+# | `optimizer_factory` | `optimizer_factory(params, lr, weight_decay) -> optimizer`: its type and settings | `adamw` |
+# | `update` | `update(optimizer)`: the step itself, and anything done to the gradients just before | `apply_update` |
+#
+# First the symptom: the mystery beside a healthy run of the same small recipe, both for 40 steps.
+
+# %%
+from course import ModelConfig
+from course.mystery import draw
+
+SMALL = Pipeline(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                 n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
+NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
+              "requires-grad-off", "lr-zero", "clip-to-zero"]
+MYSTERY_SEED = 6  # another seed draws another mystery (perhaps a healthy one)
+mystery = draw(["healthy"] + NO_UPDATES, seed=MYSTERY_SEED, base=SMALL)
+print(mystery)
+
+small_healthy = train(SMALL, seed=0, eval_every=0)
+mystery_run = train(mystery, seed=0, eval_every=0)
+for label, run in [("healthy", small_healthy), ("mystery", mystery_run)]:
+    first, last = first_last(run.history["loss"], window=10)
+    print(f"{label:>8}: mean of the first 10 steps {first:.3f}, of the last 10 {last:.3f}, drop {first - last:+.3f}")
+ax = loss_plot({"healthy (small recipe)": small_healthy.history["loss"], "mystery": mystery_run.history["loss"]},
+               mystery.language().baselines(mystery.seq_len), title="The mystery: 40 steps")
+plt.show()
+
+# %% [markdown]
+# A flat loss. You know two hypotheses already; within "no updates" there are four parts to suspect.
+# Here is one training step of any pipeline, built from its own parts exactly as `course.train` runs
+# it (without the learning-rate schedule), returning the model, the optimizer and a copy of every
+# parameter before and after the step. Use it, or write your own.
+
+# %%
+from types import SimpleNamespace
+from course.train import batch_at
+
+ANSWERS = ("healthy", "prepare", "make_optimizer", "optimizer_factory", "update")  # what name_cause may return
+
+def one_step(pipeline, seed=0):
+    """One training step of ``pipeline`` with its own parts. Returns ``.model``, ``.optimizer``,
+    ``.before`` and ``.after`` (dicts: parameter name -> a copy of the tensor) and ``.loss``."""
+    model = pipeline.build_model(seed)  # runs pipeline.prepare on the new model
+    optimizer = pipeline.make_optimizer(model, pipeline)  # which calls pipeline.optimizer_factory
+    batch = batch_at(pipeline, seed, 0)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    loss = pipeline.loss_fn(model(batch.inputs), batch)
+    optimizer.zero_grad(set_to_none=True)
+    if loss.requires_grad:  # False when no parameter requires a gradient
+        loss.backward()
+    with_grad = [p for p in model.parameters() if p.grad is not None]
+    if pipeline.clip is not None and with_grad:
+        torch.nn.utils.clip_grad_norm_(with_grad, pipeline.clip)
+    pipeline.update(optimizer)
+    after = {name: p.detach().clone() for name, p in model.named_parameters()}
+    return SimpleNamespace(model=model, optimizer=optimizer, before=before, after=after, loss=loss.item())
+
+step = one_step(SMALL)
+print(f"healthy: the largest change of each tensor in one step (learning rate {SMALL.lr}):")
+for name in step.before:
+    print(f"  {name:<28} {(step.after[name] - step.before[name]).abs().max().item():.2e}")
+
+# %% [markdown]
+# Is the flat loss itself a good enough test? One bug of the family leaves a single tensor out of the
+# optimizer: the token embedding. Everything else still learns.
+
+# %%
+prediction = None  # your guess: with the token embedding left out of the optimizer, is the 40-step loss stuck by loss_is_stuck's rule (True/False)?
+
+# %%
+partial = inject(SMALL, "embedding-not-in-optimizer")
+first, last = first_last(train(partial, seed=0, eval_every=0).history["loss"], window=10)
+partial_step = one_step(partial)
+in_place = [n for n in partial_step.before if (partial_step.after[n] - partial_step.before[n]).abs().max().item() <= 1e-5]
+reveal("embedding left out of the optimizer: stuck by the rule (drop of the mean loss < 0.05)?", prediction,
+       f"{first - last < 0.05} (drop {first - last:+.3f} nats over 40 steps)")
+print("tensors that one step leaves in place:", in_place)
+
+# %% [markdown]
+# The loss curve can miss a bug that the tensors show plainly. So the test you write looks at the
+# tensors.
+#
+# ### 2a: a falsifying test (2 points)
+#
+# Write `detect(pipe) -> bool`: `True` when one training step of `pipe` leaves **at least one** of the
+# model's parameter tensors where it was, `False` when every tensor moves.
+#
+# * "Where it was" must tolerate rounding: AdamW divides each step by the gradient's own scale, so a
+#   pipeline whose gradients are scaled to almost nothing can still move some parameters by a
+#   rounding error, far below the learning rate that a healthy step moves every tensor by (printed
+#   above). Count a tensor as moved when its largest absolute change is above a threshold of your
+#   choice between `1e-6` and `1e-4`.
+# * It is graded on healthy draws (must be `False`) and broken ones (must be `True`), with other
+#   seeds, other configurations and bugs you have not been shown. Return a `bool`.
+# * Look at the parameters, not at `pipe`'s settings: they are the healthy ones in every draw.
+
+# %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
+def detect(pipe):
+    ### BEGIN SOLUTION
+    s = one_step(pipe)
+    return any((s.after[n] - s.before[n]).abs().max().item() <= 1e-5 for n in s.before)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
+# cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
+from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
+from course.checks import update_report as _update_report
+from course.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.train import start as _start, train_steps as _train_steps
+
+_SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                   n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
+_NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
+               "requires-grad-off", "lr-zero", "clip-to-zero"]
+_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+assert_detector(detect,
+                healthy={f"healthy draw {i}": _mystery.make("healthy", 100 + i, _SMALL) for i in range(2)},
+                broken={f"broken draw {i}": _mystery.make(b, 110 + i, _SMALL)
+                        for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])},
+                what="no-update detector", off=_off)
+### BEGIN HIDDEN TESTS
+_hidden_bugs = _NO_UPDATES + ["all-targets-ignored"]  # the last one is from another family: its grads are all zero
+assert_detector(detect,
+                healthy={f"hidden healthy draw {i}": _mystery.make("healthy", 7 + 13 * i, _SMALL, salt="h-00-det-4f1")
+                         for i in range(3)},
+                broken={f"hidden broken draw {i}": _mystery.make(b, 5 + i, _SMALL, salt="h-00-det-4f1")
+                        for i, b in enumerate(_hidden_bugs)},
+                what="no-update detector", off=_off)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 2b: name the broken part (2 points)
+#
+# Write `name_cause(pipe) -> str`: return the name of the part that keeps the parameters from
+# updating, one of `"prepare"`, `"make_optimizer"`, `"optimizer_factory"`, `"update"` (the table
+# above), or `"healthy"` when every tensor moves. Each broken draw has exactly one broken part.
+#
+# Call the parts and observe, in an order where each test can only blame one part. Questions to ask:
+# does every parameter of the model `prepare` returned require a gradient? Does the optimizer hold
+# exactly the model's parameters (compare them *by identity*, `id(p)`, not by name or shape)? Does it
+# hold them with the learning rate `make_optimizer` passed (`pipe.lr`)? If all of that is right and
+# the step still leaves a tensor in place, what is left? Graded on fresh draws of every no-updates
+# bug and on healthy draws.
+
+# %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
+def name_cause(pipe):
+    ### BEGIN SOLUTION
+    s = one_step(pipe)
+    params = list(s.model.parameters())
+    if not all(p.requires_grad for p in params):
+        return "prepare"
+    held = [p for group in s.optimizer.param_groups for p in group["params"]]
+    if {id(p) for p in held} != {id(p) for p in params}:
+        return "make_optimizer"
+    if any(group["lr"] != pipe.lr for group in s.optimizer.param_groups):
+        return "optimizer_factory"
+    if any((s.after[n] - s.before[n]).abs().max().item() <= 1e-5 for n in s.before):
+        return "update"
+    return "healthy"
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_name_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
+# cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
+from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
+from course.checks import update_report as _update_report
+from course.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.train import start as _start, train_steps as _train_steps
+
+_SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                   n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
+_NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
+               "requires-grad-off", "lr-zero", "clip-to-zero"]
+_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+_visible = {f"draw {i}": _mystery.make(b, 120 + i, _SMALL) for i, b in enumerate(["healthy"] + _NO_UPDATES)}
+_expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _visible.items()}
+assert_names(name_cause, {k: (p, _expected[k]) for k, p in _visible.items()}, what="name_cause", off=_off)
+### BEGIN HIDDEN TESTS
+_hidden = {f"hidden draw {i}": _mystery.make(b, 31 + 7 * i, _SMALL, salt="h-00-name-c3d")
+           for i, b in enumerate(["healthy"] + _NO_UPDATES + _NO_UPDATES)}
+_hidden_expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _hidden.items()}
+assert_names(name_cause, {k: (p, _hidden_expected[k]) for k, p in _hidden.items()}, what="name_cause", off=_off)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### 2c: the fix (2 points)
+#
+# Write `fix(pipe) -> Pipeline`: return `pipe` with its broken part replaced by the reference part
+# from the table (`pipe.replace(update=course.pipeline.apply_update)`, for example), and every other
+# part and setting left as it is. A healthy pipe comes back unchanged. You may use your `name_cause`.
+#
+# It is graded by behaviour on fresh draws of every no-updates bug: the fixed pipeline may differ from
+# the broken one only in the broken part, and trained for 40 steps on a fresh seed its loss must fall
+# and every parameter tensor must move. It is never compared with a stored number.
+
+# %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
+from course.pipeline import prepare_model, build_optimizer, adamw, apply_update
+
+def fix(pipe):
+    ### BEGIN SOLUTION
+    reference = {"prepare": prepare_model, "make_optimizer": build_optimizer,
+                 "optimizer_factory": adamw, "update": apply_update}
+    cause = name_cause(pipe)
+    if cause == "healthy":
+        return pipe
+    return pipe.replace(**{cause: reference[cause]})
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
+# cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
+from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
+from course.checks import update_report as _update_report
+from course.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.train import start as _start, train_steps as _train_steps
+
+_SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                   n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
+_NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
+               "requires-grad-off", "lr-zero", "clip-to-zero"]
+_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+from course.mystery import check_fix
+
+
+def _symptom(fixed, seed=11, steps=40, window=10):
+    """The reference check, independent of your code: train ``fixed`` on a fresh seed; the loss
+    must fall by at least 0.05 and every parameter tensor must move by more than 1e-4."""
+    run = _start(fixed, seed)
+    first = {n: p.detach().clone() for n, p in run.model.named_parameters()}
+    _train_steps(run, steps, eval_every=0)
+    losses = run.history["loss"]
+    drop = sum(losses[:window]) / window - sum(losses[-window:]) / window
+    still = [n for n, p in run.model.named_parameters() if (p.detach() - first[n]).abs().max().item() <= 1e-4]
+    if not drop >= 0.05:
+        return f"trained for {steps} steps, the fixed pipeline's loss did not fall (drop {drop:+.3f})"
+    if still:
+        return f"trained for {steps} steps, these tensors of the fixed pipeline did not move: {', '.join(still)}"
+    return None
+
+
+check_fix(fix, [_mystery.make(b, 130 + i, _SMALL) for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])],
+          _symptom, what="fix", off=(_update_report,))
+### BEGIN HIDDEN TESTS
+check_fix(fix, [_mystery.make(b, 41 + i, _SMALL, salt="h-00-fix-8e2") for i, b in enumerate(_NO_UPDATES)],
+          lambda fixed: _symptom(fixed, seed=23), what="fix", off=(_update_report,))
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### The loop closed
+#
+# Your fix on your mystery, re-run on a fresh seed and looked at with the detectors that saw the
+# symptom: `loss_is_stuck` on the curve, and your `detect` on one step.
+
+# %%
+repaired = fix(mystery)
+repaired_run = train(repaired, seed=1, eval_every=0)
+print("stuck before the fix:", loss_is_stuck(mystery_run.history["loss"], window=10),
+      "| stuck after:", loss_is_stuck(repaired_run.history["loss"], window=10))
+print("detect before the fix:", detect(mystery), "| detect after:", detect(repaired))
+ax = loss_plot({"mystery": mystery_run.history["loss"], "after your fix (seed 1)": repaired_run.history["loss"]},
+               mystery.language().baselines(mystery.seq_len), title="Your mystery, fixed")
+plt.show()
+
+# %% [markdown]
+# ## Exercise 3: the diagnosis record (2 points)
+#
+# Every investigation in this course ends with a record of five lines: the *symptom*, at least two
+# competing *hypotheses*, the *test* that separates them, its *prediction* under each hypothesis, and
+# the *result*. Write `diagnosis_record(pipe)`: return a `Diagnosis` of your investigation of `pipe`,
+# whose `result` is the part your test found broken, one of `ANSWERS` (exactly that string).
+#
+# The record must come from the investigation, not from memory: it is graded on your mystery and on
+# fresh draws you have not seen, so a `result` typed in as a constant cannot pass.
+
+# %% nbgrader={"grade": false, "grade_id": "diagnosis_record", "locked": false, "schema_version": 3, "solution": true}
+from course.record import Diagnosis
+
+def diagnosis_record(pipe):
+    ### BEGIN SOLUTION
+    return Diagnosis(
+        symptom="training loss flat at ln(V) for 40 steps while a healthy run of the same recipe falls",
+        hypotheses=["no signal: the parameters move but the targets carry nothing learnable",
+                    "prepare froze the parameters", "make_optimizer holds tensors the model does not use",
+                    "optimizer_factory builds the optimizer with a learning rate of 0",
+                    "update does not step, or steps with gradients scaled to nothing"],
+        test="one step with the pipeline's own parts: requires_grad of every parameter, optimizer membership "
+             "by identity, the optimizer's learning rate, then the largest change of every tensor",
+        prediction="each hypothesis fails exactly one of the four checks; no signal fails none and moves every tensor",
+        result=name_cause(pipe),
+    )
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_diagnosis_record", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
+# cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
+from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
+from course.checks import update_report as _update_report
+from course.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.train import start as _start, train_steps as _train_steps
+
+_SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                   n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
+_NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
+               "requires-grad-off", "lr-zero", "clip-to-zero"]
+_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+from course.record import Diagnosis as _Diagnosis
+
+_ANSWERS = ("healthy", "prepare", "make_optimizer", "optimizer_factory", "update")
+with captured_warnings(), switched_off(*_off):
+    record = diagnosis_record(mystery)
+assert isinstance(record, _Diagnosis), "diagnosis_record must return a course.record.Diagnosis"
+assert record.problems() == [], f"the record is not yet a falsifiable investigation: {record.problems()}"
+assert record.result in _ANSWERS, f"result must be one of {_ANSWERS}, not {record.result!r}"
+### BEGIN HIDDEN TESTS
+_own = (_mystery.touched(mystery) or ("healthy",))[0]
+_fresh_records = {f"fresh draw {i}": _mystery.make(b, 61 + i, _SMALL, salt="h-00-rec-2a7")
+                  for i, b in enumerate(["clip-to-zero", "requires-grad-off", "lr-zero"])}
+_fresh_expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _fresh_records.items()}
+assert record.result == _own, "result should be the part your investigation of your mystery found broken"
+with captured_warnings(), switched_off(*_off):
+    _got = {k: diagnosis_record(p) for k, p in _fresh_records.items()}
+for _k, _r in _got.items():
+    assert isinstance(_r, _Diagnosis) and _r.problems() == [], f"{_k}: the record is not a falsifiable investigation"
+    assert _r.result == _fresh_expected[_k], \
+        f"{_k}: the result does not name the broken part; it must come from testing the pipe you are given"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Explore: the package's one-step test on every "no updates" bug
+#
+# The package's `update_report` is the one-step test you just wrote, with more detail. Pick a bug
+# from the catalogue's *no-updates* family; the cell runs it on the reference recipe with that bug.
+# Note which bugs it names exactly and which it only narrows down.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -225,7 +590,13 @@ widgets.interact(show, name=choice);
 # ## What these tests can and cannot prove
 #
 # * `loss_is_stuck` proves the loss did not fall by `min_drop` over this window. It does not say why,
-#   and a slow learning rate or a short window also trips it.
+#   and a slow learning rate or a short window also trips it. It also misses a pipeline that leaves
+#   only *some* tensors in place: the rest still learn and the loss still falls.
 # * The one-step update test proves whether each tensor changed. A tensor that changes is not proof
-#   of learning: a wrong target would change it too.
-# * The negative control (the reference passes) is what makes a failing test mean something.
+#   of learning: a wrong target would change it too. One step of AdamW moves parameters by about the
+#   learning rate whatever the gradient's size, so it cannot tell a well-scaled gradient from a noisy
+#   one.
+# * Naming the part proves where the update is lost, for the four parts we checked; a bug elsewhere
+#   (the loss, the data) needs its own test, which is what the later notebooks are about.
+# * The negative control (the healthy pipeline passes every test) is what makes a failing test mean
+#   something.
