@@ -268,7 +268,7 @@ def kept_problems(original: Pipeline, fixed: Pipeline) -> list[str]:
         if not same:
             kind = "part" if f.name in PART_FIELDS else "setting"
             problems.append(f"the {kind} {f.name!r} was not broken, but your fix changed it")
-    if not any(getattr(original, f) is not getattr(fixed, f) for f in allowed):
+    if allowed and not any(getattr(original, f) is not getattr(fixed, f) for f in allowed):
         problems.append("your fix left every broken part as it was")
     return problems
 

@@ -111,6 +111,9 @@ def test_kept_problems():
     fresh = mystery.kept_problems(p, SMALL)
     assert any("setting" in m for m in fresh), "a fresh reference pipeline changes the draw's settings"
     assert mystery.kept_problems(p, None) and "Pipeline" in mystery.kept_problems(p, None)[0]
+    healthy = mystery.make("healthy", 0, SMALL)
+    assert mystery.kept_problems(healthy, healthy) == [], "a healthy draw is fixed by leaving it alone"
+    assert mystery.kept_problems(healthy, healthy.replace(update=apply_update)), "and by nothing else"
 
 
 def _falls(fixed):
