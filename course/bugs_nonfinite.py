@@ -11,9 +11,9 @@ bug                           first bad stage    when
 ``attention-scale-inf``       scores             step 0, before any update
 ``causal-mask-strict``        softmax            step 0, before any update
 ``loss-scaled-in-fp16``       loss               step 0, before any update
-``log-guarded-by-where``      grads              step 0 (the forward is finite)
-``adam-eps-zero``             params             step 0, after the first update
-``lr-sign-typo``              (see the test)     after some updates
+``log-guarded-by-where``      grads              step 0, before any update (the forward is finite)
+``adam-eps-zero``             params             step 0, in the first update
+``lr-sign-typo``              grads              a later step, after some updates (when depends on the run)
 ============================  =================  ==============================
 """
 
@@ -101,8 +101,10 @@ def adam_eps_zero(pipe: Pipeline) -> Pipeline:
     return pipe.replace(optimizer_factory=_adamw_eps_zero)
 
 
-@bug("non-finite", "loss explodes for a dozen steps, then NaN")
+@bug("non-finite", "loss explodes for several steps, then the gradients overflow and everything is NaN")
 def lr_sign_typo(pipe: Pipeline) -> Pipeline:
     """The learning rate is 1e5 instead of 1e-5 (the minus sign of the exponent lost): each AdamW
-    step moves every weight by about the learning rate, so weights grow until something overflows."""
+    step moves every weight by about the learning rate (the warm-up ramps the LR actually used up to
+    1e5), so the weights grow roughly additively, not geometrically, until the backward pass overflows:
+    the first non-finite tensor is a gradient, at a step that depends on the run."""
     return pipe.replace(lr=1e5)

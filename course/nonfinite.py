@@ -12,6 +12,8 @@ later tensor into NaN. ``Locator`` records the tensors of one step in the order 
 3. ``loss`` (``record_loss``), then ``grads`` (``record_grads``, in reverse registration order, which
    is roughly the order backward computes them), then ``optimizer`` state such as Adam's ``exp_avg``
    and ``exp_avg_sq`` (``record_optimizer``), then ``params`` after the update (``record_params``).
+   So the optimizer state and parameters of step ``s`` are recorded *after* that step's update:
+   ``when_of(step, stage)`` names the phase a finding belongs to (the decision tree's first choice).
 
 ``first_nonfinite(events)`` returns the first bad one; ``trace(pipe)`` and ``locate(pipe)`` run the
 course's training loop step by step with a ``Locator`` attached.
@@ -260,17 +262,47 @@ def locate(pipe, steps: int = 20, seed: int = 0) -> Finding | None:
 
 
 # ----- the decision tree ----------------------------------------------------------------------------
-WHEN = ("before any update", "after some updates")
+# *When* a step first went non-finite, read off the first bad event's (step, stage): at step 0 the
+# forward pass, the loss and the gradients are computed from the initial weights ("before any
+# update"); the optimizer state and the parameters of step 0 are recorded *after* its update ("in
+# the first update"); anything at a later step comes "after some updates".
+WHEN = ("before any update", "in the first update", "after some updates")
+_UPDATE_STAGES = ("optimizer", "params")
+
+
+def when_of(step: int, stage: str) -> str:
+    """Which ``WHEN`` a first bad event at ``(step, stage)`` belongs to."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}")
+    if step > 0:
+        return "after some updates"
+    return "in the first update" if stage in _UPDATE_STAGES else "before any update"
+
+
+def _impossible(when: str, stage: str) -> str | None:
+    """Why ``(when, stage)`` cannot be a first bad event, or None if it can."""
+    if when == "before any update" and stage in _UPDATE_STAGES:
+        return (f"'{stage}' is recorded after the update, so it cannot go bad before any update: "
+                f"at step 0 that is 'in the first update'")
+    if when == "in the first update" and stage not in _UPDATE_STAGES:
+        return (f"'{stage}' is computed before the update of its step: a first bad '{stage}' at "
+                f"step 0 is 'before any update', at a later step 'after some updates'")
+    return None
 
 
 @dataclass(frozen=True)
 class Advice:
     hypotheses: tuple[str, ...]
     test: str
-    examples: tuple[str, ...] = ()  # catalogue bugs that end here
+    examples: tuple[str, ...] = ()  # catalogue bugs that end here (where course.nonfinite.locate puts them)
 
 
 _BEFORE = "No update has run yet, so the learning rate cannot be the cause."
+_FIRST = ("The loss and gradients of the initial weights were finite; the first update made the "
+          "first non-finite number, so look at the optimizer's arithmetic and settings.")
+_GROWTH = ("log the parameter norm per step: under Adam/AdamW a too-large LR moves each weight by at "
+           "most about the LR per step, so the norm grows roughly additively (a step-to-step ratio "
+           "falling towards 1), not geometrically (a constant ratio: plain SGD on a quadratic)")
 TREE: dict[tuple[str, str], Advice] = {
     ("before any update", "input"): Advice(
         ("the data pipeline emits NaN/inf features, or ids outside the vocabulary (a sentinel such "
@@ -312,37 +344,49 @@ TREE: dict[tuple[str, str], Advice] = {
         "run backward under torch.autograd.detect_anomaly(check_nan=True) to name the op that made "
         "the first NaN gradient (it does not catch inf)",
         ("log-guarded-by-where",)),
-    ("before any update", "optimizer"): Advice(
+    ("in the first update", "optimizer"): Advice(
         ("gradients so large their squares overflow in Adam's exp_avg_sq",
          "optimizer state loaded from a corrupt checkpoint"),
         "compare the largest |grad| with sqrt(float32 max) ~ 1.8e19, and check the state after loading",
         ()),
-    ("before any update", "params"): Advice(
+    ("in the first update", "params"): Advice(
         ("the update itself is non-finite although grads and moments are finite: Adam with eps=0 "
          "divides 0 by 0 for a parameter whose gradient is exactly 0",
          "a non-finite learning rate or weight decay"),
         "find the parameters that went bad and their gradients: all-zero gradients there point at eps",
         ("adam-eps-zero",)),
-    ("after some updates", "params"): Advice(
-        ("the learning rate is far too high: parameters grow each step until something overflows",
-         "the optimizer divides by a vanishing denominator (eps=0)"),
+    ("after some updates", "grads"): Advice(
+        ("the learning rate is far too high: weights grow each step until the backward pass overflows "
+         "(the forward can still be finite)",
+         "one batch is special (an outlier, a corrupt example) and the model meets it only now"),
         "rerun with the learning rate 10x lower: if the first bad step moves later or never comes, "
-        "the LR is the cause; log the parameter norm per step, it grows geometrically before",
+        "the LR is the cause; and " + _GROWTH,
         ("lr-sign-typo",)),
+    ("after some updates", "params"): Advice(
+        ("the learning rate is far too high: parameters grow each step until they overflow",
+         "the optimizer divides by a vanishing denominator (eps=0) once a gradient becomes exactly 0"),
+        "rerun with the learning rate 10x lower: if the first bad step moves later or never comes, "
+        "the LR is the cause; and " + _GROWTH,
+        ()),
 }
 _AFTER_DEFAULT = Advice(
     ("the learning rate is too high: weights or activations grow until they overflow",
      "one batch is special (an outlier, a corrupt example) and the model meets it only now",
      "a slow drift: a logit gap growing until an unstable op (log(softmax), fp16) overflows"),
     "replay the failing step's batch from the last good state: fails again -> the state or the batch; "
-    "then the same batch at a 10x lower LR from the same state, and the parameter norm's history",
-    ("lr-sign-typo",))
+    "then the same batch at a 10x lower LR from the same state, and " + _GROWTH,
+    ())
 
 
 def advise(when: str, stage: str) -> Advice:
-    """The hypotheses and the separating test for a run that first went non-finite at ``stage``."""
+    """The hypotheses and the separating test for a run that first went non-finite at ``stage``.
+
+    Raises ``ValueError`` for a combination that cannot happen (see ``when_of``)."""
     if when not in WHEN or stage not in STAGES:
         raise ValueError(f"when must be one of {WHEN}, stage one of {STAGES}")
+    why = _impossible(when, stage)
+    if why:
+        raise ValueError(why)
     if (when, stage) in TREE:
         return TREE[(when, stage)]
     if when == "after some updates":
@@ -352,10 +396,15 @@ def advise(when: str, stage: str) -> Advice:
 
 
 def advice_text(when: str, stage: str) -> str:
+    why = _impossible(when, stage) if when in WHEN and stage in STAGES else None
+    if why:
+        return f"Not a possible first finding: {why}."
     a = advise(when, stage)
     lines = [f"Observed: first non-finite at stage '{stage}', {when}."]
     if when == "before any update":
         lines.append(_BEFORE)
+    elif when == "in the first update":
+        lines.append(_FIRST)
     lines.append("Hypotheses:")
     lines += [f"  - {h}" for h in a.hypotheses]
     lines.append(f"The test that separates them: {a.test}")

@@ -15,7 +15,7 @@ from course import Pipeline
 from course.bugs import catalogue, get, inject
 from course.model import ModelConfig, TinyGPT
 from course.nonfinite import (STAGES, TREE, WHEN, Event, Locator, advise, advice_text, first_nonfinite,
-                              is_bad, locate, output_text, quadratic_descent, trace, tree_widget)
+                              is_bad, locate, output_text, quadratic_descent, trace, tree_widget, when_of)
 from course.train import start, train_steps
 
 PIPE = Pipeline()
@@ -28,7 +28,7 @@ EXPECTED = {
     "loss-scaled-in-fp16": ("loss", 0),
     "log-guarded-by-where": ("grads", 0),
     "adam-eps-zero": ("params", 0),
-    "lr-sign-typo": (None, None),
+    "lr-sign-typo": ("grads", None),  # None: a step after the first update (when depends on the run)
 }
 
 
@@ -41,7 +41,7 @@ def test_reference_pipeline_stays_finite_for_twenty_steps():
     assert locate(PIPE, steps=20) is None, "the healthy reference went non-finite: the negative control fails"
 
 
-@pytest.mark.parametrize("name", [n for n, (stage, _) in EXPECTED.items() if stage is not None])
+@pytest.mark.parametrize("name", [n for n, (_, step) in EXPECTED.items() if step is not None])
 def test_each_bug_goes_bad_first_at_its_own_stage_before_any_later_step(name):
     stage, step = EXPECTED[name]
     found = locate(inject(PIPE, name), steps=5)
@@ -50,7 +50,7 @@ def test_each_bug_goes_bad_first_at_its_own_stage_before_any_later_step(name):
 
 
 def test_bugs_reach_distinct_stages():
-    stages = [s for s, _ in EXPECTED.values() if s is not None]
+    stages = [s for s, step in EXPECTED.values() if step is not None]
     assert len(stages) == len(set(stages)) >= 6, f"the catalogue's bugs should break at different stages: {stages}"
 
 
@@ -58,6 +58,7 @@ def test_lr_typo_is_finite_at_first_and_goes_bad_only_after_updates():
     broken = inject(PIPE, "lr-sign-typo")
     found = locate(broken, steps=40)
     assert found is not None and found.step >= 3, f"expected non-finite only after several updates, got {found}"
+    assert found.stage == EXPECTED["lr-sign-typo"][0], f"the weights grow until the backward overflows: {found}"
     assert locate(broken.replace(lr=1e-5), steps=found.step + 1) is None, \
         "the same pipeline at lr 1e-5 must stay finite over as many steps: the LR is the cause"
 
@@ -162,18 +163,35 @@ def test_optimizer_state_and_labels_on_a_learners_own_model():
     assert (found.stage, found.name) == ("optimizer", "0.weight.exp_avg_sq"), str(found)
 
 
-def test_decision_tree_covers_every_choice_and_names_real_bugs():
+def test_decision_tree_covers_every_possible_choice_and_names_real_bugs():
+    possible = 0
     for when in WHEN:
         for stage in STAGES:
+            if when_of(0 if when != "after some updates" else 3, stage) != when:
+                with pytest.raises(ValueError):  # e.g. params "before any update": recorded after it
+                    advise(when, stage)
+                assert advice_text(when, stage).startswith("Not a possible first finding")
+                continue
+            possible += 1
             a = advise(when, stage)
             assert a.hypotheses and a.test, f"no advice for {when}, {stage}"
+    assert possible == len(STAGES) * 2, "every stage is possible after some updates and at step 0 in one phase"
     for (when, stage), a in TREE.items():
+        assert when_of(0 if when != "after some updates" else 3, stage) == when, f"impossible tree key {(when, stage)}"
         for name in a.examples:
             get(name)  # raises KeyError for a bug that does not exist
     assert "cannot be the cause" in advice_text("before any update", "loss")
     assert "cannot be the cause" not in advice_text("after some updates", "loss")
+    assert "cannot be the cause" not in advice_text("in the first update", "params")
+    assert "geometrically" not in advice_text("after some updates", "grads").replace("not geometrically", "")
     with pytest.raises(ValueError):
         advise("yesterday", "loss")
+
+
+def test_when_of_puts_update_stages_of_step_zero_in_the_first_update():
+    assert when_of(0, "grads") == "before any update"
+    assert when_of(0, "params") == when_of(0, "optimizer") == "in the first update"
+    assert when_of(5, "input") == when_of(1, "params") == "after some updates"
 
 
 def test_decision_tree_examples_end_where_the_locator_says():
@@ -183,10 +201,8 @@ def test_decision_tree_examples_end_where_the_locator_says():
                 continue
             found = locate(inject(PIPE, name), steps=20)
             assert found is not None
-            if when == "before any update":
-                assert (found.stage, found.step) == (stage, 0), f"tree lists {name} under {stage}: locator says {found}"
-            else:
-                assert found.step > 0, f"tree lists {name} as after some updates: locator says {found}"
+            assert (when_of(found.step, found.stage), found.stage) == (when, stage), \
+                f"tree lists {name} under {(when, stage)}: locator says {found}"
 
 
 def test_widget_output_changes_when_a_dropdown_changes():
@@ -198,6 +214,9 @@ def test_widget_output_changes_when_a_dropdown_changes():
     assert after_stage != before and "'grads'" in after_stage
     box.when.value = "after some updates"
     assert output_text(box.out) != after_stage and "cannot be the cause" not in output_text(box.out)
+    box.when.value = "before any update"
+    box.stage.value = "params"
+    assert output_text(box.out).startswith("Not a possible first finding"), "params are recorded after the update"
 
 
 def test_quadratic_descent_is_stable_iff_step_times_curvature_in_0_2():
