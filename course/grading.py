@@ -149,15 +149,18 @@ def _as_bool(value, what: str) -> bool:
 
 
 def assert_names(name: Callable[[object], str], cases: dict[str, tuple[object, str]], what: str = "diagnosis",
-                 off: Iterable[Callable] = ()) -> None:
+                 off: Iterable[Callable] = (), show_expected: bool = False) -> None:
     """Fail unless ``name(case) == expected`` for every ``(case, expected)``; the message lists each
-    miss. The cases must hold at least two different answers, so a constant cannot pass. The package
-    functions in ``off`` are switched off while ``name`` runs."""
+    miss with the learner's answer. The expected answer is shown only with ``show_expected`` (the
+    feedback reaches the learner: a mystery's answer, hidden draws' above all, must not). The cases
+    must hold at least two different answers, so a constant cannot pass. The package functions in
+    ``off`` are switched off while ``name`` runs."""
     assert len({e for _, e in cases.values()}) > 1, "grade a namer on cases with different answers"
     wrong = []
     with captured_warnings(), switched_off(*off):
         for label, (case, expected) in cases.items():
             got = name(case)
             if got != expected:
-                wrong.append(f"{label}: expected {expected!r}, got {got!r}")
+                wrong.append(f"{label}: expected {expected!r}, got {got!r}" if show_expected
+                             else f"{label}: you answered {got!r}")
     assert not wrong, f"your {what} named some cases wrongly: " + "; ".join(wrong)

@@ -94,8 +94,11 @@ def test_assert_detector_switches_off_what_it_is_told():
 def test_assert_names_fails_a_constant():
     cases = {"a": (1, "pos"), "b": (-1, "neg")}
     assert_names(lambda x: "pos" if x > 0 else "neg", cases)
-    with pytest.raises(AssertionError, match="named some cases wrongly"):
+    with pytest.raises(AssertionError, match="named some cases wrongly") as err:
         assert_names(lambda x: "pos", cases)
+    assert "neg" not in str(err.value), "the expected answer must not reach the learner's feedback"
+    with pytest.raises(AssertionError, match="expected 'neg'"):
+        assert_names(lambda x: "pos", cases, show_expected=True)
 
 
 def test_reveal_prints_the_prediction_beside_the_measurement(capsys):
