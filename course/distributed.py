@@ -6,14 +6,16 @@ joined over TCP on 127.0.0.1 at a free port. Each rank builds the same model fro
 trains on its half of every batch, averages gradients with ``all_reduce`` (what DDP does), clips and
 steps. A *skip* ``(rank, step)`` makes that rank leave out its optimizer update at that step, the way
 a rank-local decision (a local spike alert, a local "skip this batch" rule) would. After every step
-each rank computes a parameter checksum and all-reduces it with MAX and MIN: the replicas agree iff
-the two results are equal. Every rank also saves its parameters per step, so the checksum's verdict
-can be checked against a direct comparison.
+each rank computes a parameter checksum and all-reduces it with MAX and MIN: the two results are
+equal exactly when every rank computed the same checksum. Different checksums prove the replicas
+differ; equal ones do not prove they agree (see below). Every rank also saves its parameters per
+step, so the checksum's verdict can be checked against a direct comparison.
 
 The checksum is two float64 numbers, the plain sum and a sum weighted by a fixed pseudo-random weight
 per position (so moving a value to another position changes it). It detects disagreement; it
-cannot say which replica is right, it covers the parameters only (not the optimizer state), and two
-different parameter vectors can in principle share a checksum.
+cannot say which replica is right, it covers the parameters only (not the optimizer state), and
+different parameter vectors can share a checksum: changing four weights at positions i, i+d, i+2d,
+i+3d by +a, -a, -a, +a leaves both sums unchanged, often to the last bit (notebook 04 finds one).
 
 Shutdown is part of the contract: ``init_process_group`` and every collective have a timeout; each
 rank calls ``destroy_process_group`` in ``finally``; the parent waits at most ``deadline_s`` and then

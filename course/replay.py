@@ -162,3 +162,97 @@ def rewind_and_skip(pipe: Pipeline, folder, spike_step: int, rewind: int, n_skip
     run.data_offset += n_skip
     train_steps(run, steps, eval_every=0, on_step=log)
     return run, [skip]
+
+
+# ----- a data stream that quarantines batches that fail a check ------------------------------------
+@dataclass(frozen=True)
+class Quarantined:
+    """One logged decision: the batch at data index ``index`` of the source was left out, and why."""
+
+    index: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"quarantined data index {self.index}: {self.reason}"
+
+
+@dataclass(eq=False)
+class Quarantine:
+    """A ``batches`` part that checks every batch of a source stream before the loop may train on it
+    and removes the ones that fail: data index ``i`` of the guarded stream is the ``i``-th source
+    batch that passed ``check`` (``check(batch)`` returns a reason to reject it, or None). Every
+    rejection is logged once in ``log``. ``source`` is a ``batches`` part; None means the reference
+    stream (``course.train.batch_at`` of the pipeline without its ``batches`` part).
+
+    Removing batches shifts every later data index: until the first rejection the guarded stream is
+    the source stream, so a run resumed from a checkpoint saved before it continues identically."""
+
+    source: object
+    check: object
+    log: list = field(default_factory=list)
+    _clean: dict = field(default_factory=dict, repr=False)
+    _next: dict = field(default_factory=dict, repr=False)
+
+    def _source_batch(self, pipe: Pipeline, seed: int, index: int):
+        if self.source is None:
+            return batch_at(pipe.replace(batches=None), seed, index)
+        return self.source(pipe, seed, index)
+
+    def __call__(self, pipe: Pipeline, seed: int, index: int):
+        clean = self._clean.setdefault(seed, [])
+        while len(clean) <= index:
+            src = self._next.get(seed, 0)
+            reason = self.check(self._source_batch(pipe, seed, src))
+            if reason:
+                self.log.append(Quarantined(src, reason))
+            else:
+                clean.append(src)
+            self._next[seed] = src + 1
+        return self._source_batch(pipe, seed, clean[index])
+
+
+# ----- the mystery exercise of notebook 04 ---------------------------------------------------------
+# A still smaller schedule for mystery draws, over 8 symbols so the model has learned most of the
+# language by step 60: the late-spike bugs strike at 30% of ``steps`` (step 60),
+# so MYSTERY_STEPS steps show a spike if there is one; one such run takes about half a second.
+MYSTERY_PIPE = SPIKE_PIPE.replace(n_symbols=8, steps=200, n_train=2048, n_val=64)
+MYSTERY_STEPS = 75
+MYSTERY_CANDIDATES = ("healthy", "corrupted-shard", "garbled-shard", "lr-burst")
+
+
+def spike_alerts(pipe: Pipeline, seed: int = 0, steps: int = MYSTERY_STEPS, loss_ratio: float = 1.4,
+                 window: int = 10) -> list:
+    """The loss-spike alerts of ``course.alerts.AlertPolicy`` (``loss_ratio``, ``window``) over a
+    fresh run of ``pipe`` (seed ``seed``, ``steps`` steps): the detector the mystery exercise grades
+    a fix with. Switched off while a learner's detector is graded."""
+    from .alerts import AlertPolicy, replay_alerts
+    from .train import start, train_steps
+
+    run = train_steps(start(pipe, seed), steps, eval_every=0)
+    return [a for a in replay_alerts(AlertPolicy(loss_ratio=loss_ratio, window=window), run.history)
+            if a.kind == "loss-spike"]
+
+
+def spike_symptom(pipe: Pipeline, seed: int = 0) -> str | None:
+    """A behavioural check of a fixed mystery pipeline (for ``course.mystery.check_fix``): None if a
+    fresh run (seed ``seed``) raises no loss-spike alert and at least 90% of its first
+    ``MYSTERY_STEPS`` batches are ordinary data, i.e. batches of the reference stream (among its first
+    ``MYSTERY_STEPS + 2 * SHARD_LEN``, so removing a few bad batches is allowed, replacing the ordinary
+    data is not); else what is wrong."""
+    from .bugs_spike import SHARD_LEN
+
+    if pipe.batches is not None:
+        reference = pipe.replace(batches=None)
+
+        def key(batch):
+            return batch.inputs.numpy().tobytes() + batch.targets.numpy().tobytes()
+
+        ordinary = {key(batch_at(reference, seed, i)) for i in range(MYSTERY_STEPS + 2 * SHARD_LEN)}
+        same = len({key(batch_at(pipe, seed, i)) for i in range(MYSTERY_STEPS)} & ordinary)  # distinct ones
+        if same < 0.9 * MYSTERY_STEPS:
+            return (f"only {same} of the first {MYSTERY_STEPS} batches of the fixed pipeline are ordinary data: "
+                    "a fix may remove bad batches, not replace the data that was not broken")
+    alerts = spike_alerts(pipe, seed)
+    if alerts:
+        return f"a fresh run of the fixed pipeline still spikes: {alerts[0]}"
+    return None

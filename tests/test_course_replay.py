@@ -111,3 +111,69 @@ def test_rewind_and_skip_logs_what_it_left_out_and_changes_the_data_seen(spiked)
     assert data_digest(PIPE, 0, seen) != data_digest(PIPE, 0, log.batch[250:])
     assert token_counts(PIPE, 0, log.batch[250:])[REPEATED_TOKEN] > token_counts(PIPE, 0, seen)[REPEATED_TOKEN]
     assert max(contained.history["loss"][250:]) < 0.8 * max(run.history["loss"][250:])
+
+
+# ----- the late-spike family in mystery draws, the quarantine, the mystery's grading check ---------
+from course import mystery  # noqa: E402
+from course.bugs import catalogue  # noqa: E402
+from course.bugs_spike import shard_start  # noqa: E402
+from course.data import IGNORE  # noqa: E402
+from course.replay import MYSTERY_PIPE, Quarantine, spike_alerts, spike_symptom  # noqa: E402
+
+LATE_SPIKE = {"corrupted-shard": "batches", "garbled-shard": "batches", "lr-burst": "optimizer_factory",
+              "optimizer-state-reset": "update"}
+
+
+def test_the_family_strikes_at_30_percent_of_the_schedule_and_every_bug_can_be_hidden():
+    assert {b.name for b in catalogue("late-spike")} == set(LATE_SPIKE)
+    assert shard_start() == SHARD_START == shard_start(SMALL.replace(steps=1000)) and shard_start(MYSTERY_PIPE) == 60
+    for name, part in LATE_SPIKE.items():
+        pipe = mystery.make(name, 1, MYSTERY_PIPE, salt="unit")
+        assert mystery.touched(pipe) == (part,), f"{name} lives in {mystery.touched(pipe)}, expected {part}"
+        assert mystery.signature(pipe) == mystery.signature(mystery.make("healthy", 1, MYSTERY_PIPE, salt="unit"))
+
+
+def test_garbled_shard_keeps_the_inputs_and_randomises_only_the_shards_targets():
+    pipe = inject(MYSTERY_PIPE, "garbled-shard")
+    start_ = shard_start(pipe)
+    for i in (start_ - 1, start_, start_ + SHARD_LEN - 1, start_ + SHARD_LEN):
+        got, ref = batch_at(pipe, 0, i), batch_at(MYSTERY_PIPE, 0, i)
+        assert torch.equal(got.inputs, ref.inputs), f"index {i}: the inputs changed"
+        inside = start_ <= i < start_ + SHARD_LEN
+        assert torch.equal(got.targets, ref.targets) != inside, f"index {i}: targets changed={not inside}"
+        assert (got.targets != IGNORE).all() and got.targets.max() < MYSTERY_PIPE.n_symbols
+
+
+def test_optimizer_bugs_log_a_smooth_lr_and_make_a_large_update_at_the_shard_step():
+    healthy = train_steps(start(MYSTERY_PIPE, 0), 64, eval_every=0).history
+    for name in ("lr-burst", "optimizer-state-reset"):
+        h = train_steps(start(inject(MYSTERY_PIPE, name), 0), 64, eval_every=0).history
+        assert h["loss"][:61] == healthy["loss"][:61], f"{name} changed the run before step 60"
+        assert h["lr"] == healthy["lr"], f"{name}: the logged learning rate must stay the scheduler's"
+        assert h["rel_update"][60] > 3 * healthy["rel_update"][60], f"{name}: no large update at step 60"
+
+
+def test_quarantine_removes_failing_batches_logs_each_once_and_keeps_the_stream_before_them():
+    pipe = inject(SMALL.replace(steps=1000), "corrupted-shard")
+
+    def flooded(batch):
+        return "flooded" if torch.bincount(batch.inputs.reshape(-1)).max() > 0.5 * batch.inputs.numel() else None
+
+    guard = Quarantine(pipe.batches, flooded)
+    guarded = pipe.replace(batches=guard)
+    for i in (0, SHARD_START - 1):
+        assert torch.equal(batch_at(guarded, 0, i).inputs, batch_at(pipe, 0, i).inputs)
+    for k in range(3):
+        assert torch.equal(batch_at(guarded, 0, SHARD_START + k).inputs, batch_at(pipe, 0, SHARD_START + SHARD_LEN + k).inputs)
+    batch_at(guarded, 0, SHARD_START + 5)
+    assert [q.index for q in guard.log] == list(range(SHARD_START, SHARD_START + SHARD_LEN)), guard.log
+    assert "quarantined data index 300" in str(guard.log[0])
+
+
+def test_spike_symptom_is_quiet_on_a_repaired_pipeline_and_sees_the_spike_and_a_replaced_stream():
+    broken = mystery.make("garbled-shard", 3, MYSTERY_PIPE, salt="unit")
+    assert spike_alerts(broken), "the grading detector missed a garbled shard"
+    assert spike_symptom(broken) is not None, "an unfixed garbled shard passed the grading check"
+    assert spike_symptom(broken.replace(batches=None)) is None
+    constant = broken.replace(batches=lambda pipe, seed, i: batch_at(pipe.replace(batches=None), seed, 0))
+    assert "ordinary" in spike_symptom(constant)

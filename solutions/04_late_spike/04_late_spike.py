@@ -19,15 +19,25 @@
 # * Two real `torch.distributed` ranks that disagree about a skip: watch the replicas drift apart and
 #   catch it with a parameter checksum all-reduce; shut down cleanly when a rank dies.
 # * Build the core of an alert policy (cooldown and the non-finite path), graded on runs you have not seen.
+# * Close the loop: fix the spike at the right depth (the data) and show, with the same alert policy
+#   that saw it, that it is gone.
+# * **Mystery:** a late spike drawn from four candidates (healthy, or one of three bugs that spike at the
+#   same step): write a falsifying test, name the cause (data or optimizer) and fix it, graded on draws
+#   you have not seen.
 #
-# **Time.** About 40 seconds of computation on a laptop CPU (two short training runs and two
-# two-process launches). **GPU:** not needed anywhere.
+# **Predict, then reveal.** Before each result that is the lesson, a *Predict* cell asks you to write
+# your guess into `prediction`; the cell after it prints your guess beside what was measured.
+#
+# **Time.** About 40 seconds of computation on a laptop CPU (short training runs and two two-process
+# launches). **GPU:** not needed anywhere.
 
 # %%
 import math
 
 import matplotlib.pyplot as plt
 import torch
+
+from course.record import reveal
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
@@ -87,6 +97,13 @@ plt.show()
 # *before* the spike and train on the **same** data indices: a glitch would not come back, a real cause
 # comes back bit for bit. Then resume the same checkpoint on **different** data indices: if the state
 # alone were fragile, the spike would come back there too.
+#
+# **Predict.** Resumed from the last checkpoint before the spike and fed the *same* data indices, does
+# the run spike again (at least 1.5 x the median loss of the 20 steps before the spike)? And fed
+# *different* indices from the same state?
+
+# %%
+prediction = None  # your guess: a pair (same batches spike again?, different batches spike?), e.g. (True, False)
 
 # %%
 from course.replay import last_good, replay
@@ -100,6 +117,9 @@ print(f"same batches:      bit-identical to the original run: {same.history['los
       f"max loss {max(same.history['loss'][window]):.3f}")
 print(f"different batches: max loss {max(other.history['loss'][window]):.3f} "
       f"(median before the spike {statistics.median(loss[spike - 20:spike]):.3f})")
+_median = statistics.median(loss[spike - 20:spike])
+reveal("from the last good checkpoint: (same batches spike again?, different batches spike?)", prediction,
+       (max(same.history['loss'][window]) > 1.5 * _median, max(other.history['loss'][window]) > 1.5 * _median))
 
 # %% [markdown]
 # PaLM's authors report the opposite for their spikes (see below): the same batches replayed from an
@@ -212,8 +232,10 @@ for s in (spike - 1, spike, spike + SHARD_LEN):
 # * `Alert(step, "non-finite", fields=names)` makes a non-finite alert.
 #
 # The hidden tests drive your `observe` with sequences you have not seen (non-finite values included)
-# and compare every step's alerts with the contract; `AlertPolicy.observe` is switched off while they
-# run. A policy that always alerts, or never does, earns nothing.
+# and compare every step's alerts with the contract. `AlertPolicy.observe` (the reference orchestration)
+# is switched off while your function runs in every test cell, so calling it, directly or through a
+# reference saved earlier, fails the test. A policy that always alerts, or never does, earns nothing.
+# Return a list of `Alert` (an empty list when nothing fires).
 
 # %% nbgrader={"grade": false, "grade_id": "observe", "locked": false, "schema_version": 3, "solution": true}
 from course.alerts import Alert, AlertPolicy
@@ -236,30 +258,35 @@ def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss
 # The visible tests: a calm run, one spike, one NaN.
 
 # %% nbgrader={"grade": true, "grade_id": "test_observe_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course.grading import quiet
+from course.grading import captured_warnings, switched_off
 
 
 def fired(policy, sequence):
-    """(step, kind) of every alert your observe raises over a list of per-step value dicts."""
+    """(step, kind) of every alert your observe raises over a list of per-step value dicts
+    (AlertPolicy.observe switched off while it runs)."""
     out = []
-    with quiet():
+    with captured_warnings(), switched_off(AlertPolicy.observe):
         for step, values in enumerate(sequence):
             out += [(a.step, a.kind) for a in observe(policy, step, **values)]
     return out
 
 
 calm = [dict(loss=2.0 - 0.01 * s + 0.02 * (-1) ** s, grad_norm=1.0 + 0.1 * (-1) ** s) for s in range(30)]
-assert fired(AlertPolicy(), calm) == [], "a calm, slowly improving run must raise no alert"
+_got = fired(AlertPolicy(), calm)
+assert _got == [], f"a calm, slowly improving run must raise no alert; your observe raised {_got}"
 spiky = [dict(v) for v in calm]
 spiky[20]["loss"] = 5.0
-assert fired(AlertPolicy(), spiky) == [(20, "loss-spike")], f"one loss spike at step 20: got {fired(AlertPolicy(), spiky)}"
+_got = fired(AlertPolicy(), spiky)
+assert _got == [(20, "loss-spike")], f"one loss spike at step 20 must give exactly [(20, 'loss-spike')]: got {_got}"
 nan_step = [dict(v) for v in calm]
 nan_step[12]["loss"] = float("nan")
-assert fired(AlertPolicy(), nan_step) == [(12, "non-finite")], "a NaN loss is one non-finite alert and nothing else"
+_got = fired(AlertPolicy(), nan_step)
+assert _got == [(12, "non-finite")], \
+    f"a NaN loss at step 12 is one non-finite alert and nothing else (look at the non-finite path): got {_got}"
 ### BEGIN HIDDEN TESTS
 import random as _random
 from course.alerts import AlertPolicy as _Policy
-from course.grading import quiet as _quiet
+from course.grading import quiet as _quiet, switched_off as _switched_off
 
 
 def _sequence(seed, n=120):
@@ -283,26 +310,23 @@ def _sequence(seed, n=120):
     return seq
 
 
-def _run(step_fn, policy, seq):
+def _run(step_fn, policy, seq, off=()):
     out = []
-    with _quiet():
+    with _quiet(), _switched_off(*off):
         for step, values in enumerate(seq):
             out.append(sorted((a.step, a.kind) for a in step_fn(policy, step, **values)))
     return out
 
 
-_ref = _Policy.observe
 for _seed in range(4):
     _seq = _sequence(100 + _seed)
-    _want = _run(lambda p, s, **v: _ref(p, s, **v), _Policy(cooldown=0), _seq)
-    assert sum(map(len, _want)) > 0 and any(not w for w in _want)
-    _Policy.observe = None  # the reference is switched off while your function runs
-    try:
-        _got = _run(observe, _Policy(cooldown=0), _seq)
-    finally:
-        _Policy.observe = _ref
+    _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=0), _seq)
+    assert sum(map(len, _want)) > 0 and any(not w for w in _want), "grader: the hidden sequence is degenerate"
+    _got = _run(observe, _Policy(cooldown=0), _seq, off=(_Policy.observe,))
     _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
-    assert not _bad, f"hidden sequence {_seed}: wrong alerts at steps {_bad[:5]}"
+    assert not _bad, (f"hidden sequence {_seed} (no cooldown; spikes, drops, validation losses and non-finite values): "
+                      f"your alerts differ from the contract at steps {_bad[:5]}; check each alert kind's rule "
+                      "and that a non-finite step changes no state")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -313,7 +337,7 @@ for _seed in range(4):
 ### BEGIN HIDDEN TESTS
 import random as _random
 from course.alerts import AlertPolicy as _Policy
-from course.grading import quiet as _quiet
+from course.grading import quiet as _quiet, switched_off as _switched_off
 
 
 def _bursts(seed, n=150):
@@ -327,36 +351,29 @@ def _bursts(seed, n=150):
     return seq
 
 
-def _run(step_fn, policy, seq):
+def _run(step_fn, policy, seq, off=()):
     out = []
-    with _quiet():
+    with _quiet(), _switched_off(*off):
         for step, values in enumerate(seq):
             out.append(sorted((a.step, a.kind) for a in step_fn(policy, step, **values)))
     return out
 
 
-_ref = _Policy.observe
 for _seed, _cooldown in [(1, 3), (2, 10), (3, 25), (4, 1)]:
     _seq = _bursts(_seed)
-    _want = _run(lambda p, s, **v: _ref(p, s, **v), _Policy(cooldown=_cooldown), _seq)
-    assert any(_want) and not all(_want)
-    _Policy.observe = None
-    try:
-        _got = _run(observe, _Policy(cooldown=_cooldown), _seq)
-    finally:
-        _Policy.observe = _ref
+    _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
+    assert any(_want) and not all(_want), "grader: the hidden sequence is degenerate"
+    _got = _run(observe, _Policy(cooldown=_cooldown), _seq, off=(_Policy.observe,))
     _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
-    assert not _bad, f"cooldown {_cooldown}: wrong alerts at steps {_bad[:5]}"
+    assert not _bad, (f"cooldown {_cooldown}: your alerts differ from the contract at steps {_bad[:5]}; an alert "
+                      "of a kind is silent until cooldown steps after that kind last fired, and a suppressed "
+                      "alert does not restart the cooldown")
 # two kinds at neighbouring steps: each has its own cooldown
 _seq = [dict(loss=2.0, grad_norm=1.0) for _ in range(20)]
 _seq[10]["loss"], _seq[11]["grad_norm"], _seq[13]["loss"] = 6.0, 9.0, 6.0
-_Policy.observe = None
-try:
-    _got = _run(observe, _Policy(cooldown=10), _seq)
-finally:
-    _Policy.observe = _ref
+_got = _run(observe, _Policy(cooldown=10), _seq, off=(_Policy.observe,))
 assert _got[10] == [(10, "loss-spike")] and _got[11] == [(11, "grad-spike")] and _got[13] == [], \
-    "each kind of alert has its own cooldown"
+    f"each kind of alert has its own cooldown: a loss spike at 10, a gradient spike at 11 and a loss spike at 13 gave {_got[10:14]}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -367,48 +384,52 @@ assert _got[10] == [(10, "loss-spike")] and _got[11] == [(11, "grad-spike")] and
 ### BEGIN HIDDEN TESTS
 import math as _math
 from course.alerts import AlertPolicy as _Policy
-from course.grading import quiet as _quiet
+from course.grading import quiet as _quiet, switched_off as _switched_off
 
-_ref = _Policy.observe
-_Policy.observe = None
-try:
-    with _quiet():
+if True:
+    with _quiet(), _switched_off(_Policy.observe):
         # three non-finite steps in a row, inside any cooldown: three alerts
         _p = _Policy(cooldown=50)
         _out = [observe(_p, s, loss=2.0, grad_norm=1.0) for s in range(10)]
         _out += [observe(_p, 10 + k, loss=v, grad_norm=1.0) for k, v in enumerate([float("nan"), float("inf"), float("nan")])]
         _out.append(observe(_p, 13, loss=2.0, grad_norm=float("-inf")))
-        assert all(o == [] for o in _out[:10])
+        assert all(o == [] for o in _out[:10]), "ten calm steps (loss 2.0, grad norm 1.0) must raise no alert"
         assert [[a.kind for a in o] for o in _out[10:]] == [["non-finite"]] * 4, \
-            "every non-finite step alerts, whatever the cooldown"
+            f"every non-finite step alerts, whatever the cooldown: four non-finite steps in a row gave {[[a.kind for a in o] for o in _out[10:]]}"
         # non-finite values never enter the running statistics: a spike right after NaNs is still seen
-        assert len(_p.losses) == 10 and len(_p.grads) == 10 and all(_math.isfinite(x) for x in _p.losses)
-        assert [a.kind for a in observe(_p, 14, loss=5.0, grad_norm=1.0)] == ["loss-spike"]
+        assert len(_p.losses) == 10 and len(_p.grads) == 10 and all(_math.isfinite(x) for x in _p.losses), \
+            "a non-finite step must not update the running statistics (policy.losses, policy.grads)"
+        assert [a.kind for a in observe(_p, 14, loss=5.0, grad_norm=1.0)] == ["loss-spike"], \
+            "a loss spike right after non-finite steps must still be one loss-spike alert"
         # a finite value on a non-finite step is not used either
         _p2 = _Policy()
         for s in range(6):
             observe(_p2, s, loss=2.0, grad_norm=1.0)
-        assert [a.kind for a in observe(_p2, 6, loss=9.0, grad_norm=float("nan"))] == ["non-finite"]
-        assert len(_p2.losses) == 6 and 9.0 not in _p2.losses
+        assert [a.kind for a in observe(_p2, 6, loss=9.0, grad_norm=float("nan"))] == ["non-finite"], \
+            "a step with a NaN gradient norm and a high loss is one non-finite alert and nothing else"
+        assert len(_p2.losses) == 6 and 9.0 not in _p2.losses, \
+            "the finite loss of a non-finite step entered the running statistics: a non-finite step changes no state"
         # a NaN validation loss is not the best and does not move the plateau counter
         _p3 = _Policy(patience=2, cooldown=0)
         observe(_p3, 0, loss=2.0, val_loss=1.5)
         _best, _since = _p3.best_val, _p3.evals_since_best
-        assert [a.kind for a in observe(_p3, 1, loss=2.0, val_loss=float("nan"))] == ["non-finite"]
+        assert [a.kind for a in observe(_p3, 1, loss=2.0, val_loss=float("nan"))] == ["non-finite"], \
+            "a NaN validation loss is one non-finite alert"
         assert _p3.best_val == _best and _p3.evals_since_best == _since, "a NaN validation loss changed the plateau state"
         assert observe(_p3, 2, loss=2.0, val_loss=1.6) == [], "one stalled evaluation is not a plateau with patience 2"
-        assert [a.kind for a in observe(_p3, 3, loss=2.0, val_loss=1.6)] == ["val-plateau"]
+        assert [a.kind for a in observe(_p3, 3, loss=2.0, val_loss=1.6)] == ["val-plateau"], \
+            "two stalled evaluations in a row with patience 2 (a NaN one in between not counted) are a val-plateau"
         # a NaN loss where the cooldown of a loss spike is running: still one alert, and the spike's
         # cooldown is not restarted by it
         _p4 = _Policy(cooldown=5)
         for s in range(8):
             observe(_p4, s, loss=2.0, grad_norm=1.0)
-        assert [a.kind for a in observe(_p4, 8, loss=6.0, grad_norm=1.0)] == ["loss-spike"]
-        assert [a.kind for a in observe(_p4, 9, loss=float("nan"), grad_norm=1.0)] == ["non-finite"]
-        assert observe(_p4, 12, loss=6.0, grad_norm=1.0) == []
-        assert [a.kind for a in observe(_p4, 13, loss=6.0, grad_norm=1.0)] == ["loss-spike"]
-finally:
-    _Policy.observe = _ref
+        assert [a.kind for a in observe(_p4, 8, loss=6.0, grad_norm=1.0)] == ["loss-spike"], "a loss spike after calm steps"
+        assert [a.kind for a in observe(_p4, 9, loss=float("nan"), grad_norm=1.0)] == ["non-finite"], \
+            "a NaN loss inside a loss spike's cooldown is still one non-finite alert"
+        assert observe(_p4, 12, loss=6.0, grad_norm=1.0) == [], "the loss spike's cooldown (5 steps from step 8) runs to step 12"
+        assert [a.kind for a in observe(_p4, 13, loss=6.0, grad_norm=1.0)] == ["loss-spike"], \
+            "the non-finite step must not restart or extend the loss spike's cooldown"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -469,9 +490,16 @@ ax.axvspan(skips[0].at_step, skips[0].at_step + 1, color="grey", alpha=0.3)
 plt.show()
 
 # %% [markdown]
-# The spike is gone, and so is part of the training data. Compare the data the two runs saw from the
-# rewind to the end: which data indices, how many windows of one repeated token, and a digest of every
-# input token.
+# The spike is gone. **Predict**, before looking: from the rewind to step 360, does the rewound run
+# train on the same data as the original run, only without the 8 corrupted batches? Or how many ordinary
+# batches that the original run trained on does it never see?
+
+# %%
+prediction = None  # your guess: the number of ordinary (not corrupted) batches the original run saw and the skipped run never does
+
+# %% [markdown]
+# Compare the data the two runs saw from the rewind to the end: which data indices, how many windows of
+# one repeated token, and a digest of every input token.
 
 # %%
 from course.bugs_spike import REPEATED_TOKEN, is_corrupted
@@ -487,11 +515,69 @@ for name, indices in seen.items():
 never = set(seen["original"]) - set(seen["rewind and skip"])
 print(f"batches the original run trained on and the skipped run never did: {len(never)}, "
       f"of which corrupted: {sum(map(is_corrupted, never))}, ordinary: {sum(not is_corrupted(i) for i in never)}")
+reveal("ordinary batches the original run saw and the skipped run never does", prediction,
+       sum(not is_corrupted(i) for i in never))
 
 # %% [markdown]
 # The skip threw away ordinary batches along with the corrupted ones, and the model now trains on
 # batches it would otherwise have reached only later. A skip must be logged like this, or the run can no longer be
 # reproduced or audited.
+#
+# ## The fix at the right depth: the data
+#
+# Rewind-and-skip contained the spike; it did not fix anything. The replays located the cause in the
+# data (the same indices spike from any state, other indices from the same state do not), and the
+# correlation plot said what is wrong with it (one token fills the whole batch). So the fix belongs in
+# the data stream: a check that every batch must pass before the loop may train on it, and a logged
+# decision for each batch it removes. `course.replay.Quarantine` wraps a `batches` part: data index
+# `i` of the guarded stream is the `i`-th source batch that passed the check, and every rejection is
+# logged once. Until the first rejection the guarded stream is the original one, so the checkpoint of
+# step 300 (saved before the spike) is still a valid state to resume from.
+#
+# The check: no token may fill more than half of a batch's inputs. The correlation panel above shows
+# what ordinary batches look like on this statistic.
+
+# %%
+from course.replay import Quarantine, checkpoint_path
+from course.train import resume, train_steps
+
+
+def one_token_floods(batch, limit=0.5):
+    """The reason to reject ``batch`` if one token is more than ``limit`` of its inputs, else None."""
+    counts = torch.bincount(batch.inputs.reshape(-1))
+    share = counts.max().item() / batch.inputs.numel()
+    return f"token {counts.argmax().item()} is {share:.0%} of the inputs" if share > limit else None
+
+
+guard = Quarantine(pipe.batches, one_token_floods)
+fixed_pipe = pipe.replace(batches=guard)
+fixed = resume(fixed_pipe, checkpoint_path(folder, good))  # the state before the spike
+train_steps(fixed, 360 - good, eval_every=20)
+for decision in guard.log:
+    print(decision)
+print(f"the fixed run from step {good}: max loss {max(fixed.history['loss'][good:]):.3f}; "
+      f"the original run over the same steps: {max(loss[good:]):.3f}")
+
+# %% [markdown]
+# Now the same detector that saw the spike: your `observe`, with the same default policy, over the
+# whole recorded run (the 300 steps before the checkpoint and the 60 after it), beside the original.
+
+# %%
+for name, r in (("original run", run), ("fixed data stream", fixed)):
+    alerts = replay_alerts(AlertPolicy(), r.history, r.val, observe=observe)
+    print(f"{name}: {len(alerts)} alerts {[str(a) for a in alerts]}")
+
+# %%
+ax = loss_plot({"run with the spike": loss, "resumed at step 300 on the quarantined stream": fixed.history["loss"]},
+               lang.baselines(pipe.seq_len), title="The fix: the corrupted shard removed from the data stream")
+ax.axvline(spike, color="tab:red", linestyle="--", linewidth=1)
+plt.show()
+
+# %% [markdown]
+# What the fix does and does not claim: the check removes batches that one token floods, whatever
+# their cause, and logs each; it would not catch a shard whose *targets* are garbled while the inputs
+# look ordinary (the mystery below has one). Removing the shard shifts every later data index by the
+# number of batches removed, which the log records.
 #
 # ## Two ranks that disagree about a skip
 #
@@ -502,8 +588,17 @@ print(f"batches the original run trained on and the skipped run never did: {len(
 # `course.distributed.run_ranks` starts two processes with real `torch.distributed` (gloo, on
 # 127.0.0.1): both train the same model on their halves of each batch and all-reduce the gradients. In
 # the second scenario rank 1 skips its update at step 3. After each step, both ranks all-reduce a
-# float64 parameter checksum with MAX and with MIN; the replicas agree iff the two are equal. Each rank
-# also saves its parameters, so the checksum's verdict can be checked against a direct comparison.
+# float64 parameter checksum (two numbers: the plain sum of the parameters and a sum weighted by a
+# fixed weight per position) with MAX and with MIN: the two results are equal exactly when every rank
+# computed the same checksum. Each rank also saves its parameters, so the checksum's verdict can be
+# checked against a direct comparison.
+#
+# **Predict.** After rank 1 skips step 3 and both ranks go on applying the same averaged gradient, do
+# the replicas come back together by step 5, stay exactly as far apart as after the skip, or drift
+# further apart?
+
+# %%
+prediction = None  # your guess: "together", "same distance" or "further apart"
 
 # %%
 from course.distributed import run_ranks
@@ -514,11 +609,45 @@ for name, r in replicas.items():
     for step in r.steps:
         print(f"  step {step}: rank 0 sum {r.checksums[0][step][0]:+.6f}, rank 1 sum {r.checksums[1][step][0]:+.6f}, "
               f"all-reduce says agree={r.agree[step]}, largest parameter difference {r.max_param_diff[step]:.2e}")
+_d = replicas["rank 1 skips step 3"].max_param_diff
+reveal("after the skip at step 3, the replicas by step 5", prediction,
+       "together" if _d[5] == 0 else ("further apart" if _d[5] > _d[3] else "same distance"))
+print("checksum verdict equals the direct comparison at every step, in both scenarios:",
+      all(r.agree == [d == 0.0 for d in r.max_param_diff] for r in replicas.values()))
 
 # %% [markdown]
 # The replicas drift further apart after the skip even though both ranks apply the same averaged
-# gradient afterwards: their parameters and their Adam moments differ. The checksum's verdict matches
-# the direct comparison at every step, in both scenarios.
+# gradient afterwards: their parameters and their Adam moments differ.
+#
+# **What equal checksums prove.** *Different* checksums prove that the parameters differ. *Equal*
+# checksums do not prove that they are equal: the checksum maps thousands of parameters to two numbers,
+# so many different parameter vectors share each value. A plain sum misses any swap of two values;
+# the weighted sum catches swaps, but it still has collisions, and they are easy to find: change four
+# weights at evenly spaced positions by +a, -a, -a, +a (the position weights of such a group add up
+# the same on both sides, so both sums can come out unchanged, to the last bit).
+
+# %%
+from course.distributed import checksum
+
+model = SPIKE_PIPE.build_model(0)
+params = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+before_sum = checksum(model)
+for i in range(0, 2000):  # search for the first group of four positions i, i+8, i+16, i+24 that collides
+    changed = params.clone()
+    changed[[i, i + 24]] += 2 ** -6
+    changed[[i + 8, i + 16]] -= 2 ** -6
+    torch.nn.utils.vector_to_parameters(changed, model.parameters())
+    if torch.equal(checksum(model), before_sum):
+        break
+print(f"positions {i}, {i + 8}, {i + 16}, {i + 24} changed by +-{2 ** -6}: largest parameter difference "
+      f"{(changed - params).abs().max().item():.4f}; checksums equal: {torch.equal(checksum(model), before_sum)} "
+      f"({before_sum.tolist()} before, {checksum(model).tolist()} after)")
+
+# %% [markdown]
+# So the all-reduced checksum is a cheap *alarm* (any difference in it is real), not a proof of
+# agreement; a periodic direct comparison (a hash of the raw parameter bytes, or all-gathering them)
+# is the stronger check, at a higher cost. It also covers the parameters only, not the optimizer state,
+# and cannot say which replica is right.
 #
 # **Failure is part of the contract.** When a rank dies, its peer waits in a collective. `run_ranks`
 # sets a timeout on the process group, destroys it in `finally`, watches the children, and raises an
@@ -546,18 +675,253 @@ except RankFailed as err:
     print(f"children still running: {len(alive)}; returned in under 60 s: {elapsed < 60}")
 
 # %% [markdown]
+# ## Mystery: whose spike is it?
+#
+# A late spike has more than one cause. The bug catalogue's late-spike family holds, besides the
+# corrupted shard, two more (`course.bugs.catalogue("late-spike")` lists them all):
+#
+# * `corrupted-shard`: eight batches whose inputs are one token repeated (what you just fixed);
+# * `garbled-shard`: eight batches whose inputs are ordinary but whose *targets* are random tokens;
+# * `lr-burst`: the optimizer multiplies its learning rate for eight steps (the `lr` the loop logs is
+#   the scheduler's, so it stays smooth).
+#
+# All of them strike at the same point of a run (30% of the schedule: step 60 on the small schedule
+# below), so *where* the spike comes says nothing about which it is. The pipeline below was drawn by
+# seed from `healthy` and these three, opaque: every part is a `<part>`, the settings are the healthy
+# ones, and its learning rate and seeds were drawn independently of the bug. All you can do is run it
+# and test it. `course.replay.MYSTERY_PIPE` is a small version of the recipe above, over 8 symbols so
+# that the model has learned most of the language by step 60 (one training run of `MYSTERY_STEPS` = 75
+# steps takes about half a second); `train_history` below trains one.
+
+# %%
+from course import mystery
+from course.replay import MYSTERY_CANDIDATES, MYSTERY_PIPE, MYSTERY_STEPS
+from course.train import start
+
+mine = mystery.draw(MYSTERY_CANDIDATES, seed=6, base=MYSTERY_PIPE)
+
+
+def train_history(pipe, seed=0, steps=MYSTERY_STEPS, skip=0):
+    """The history of a fresh run of ``pipe`` (model seed ``seed``) for ``steps`` steps; with ``skip``
+    the data cursor starts ``skip`` batches further on, so the run meets other data."""
+    r = start(pipe, seed)
+    r.data_offset = skip
+    return train_steps(r, steps, eval_every=0).history
+
+
+print(mine)
+mine_history = train_history(mine)
+plt.figure(figsize=(7, 3))
+plt.plot(mine_history["loss"], linewidth=1)
+plt.xlabel("step")
+plt.ylabel("training loss (nats)")
+plt.title("Your mystery pipeline: one run of 75 steps")
+plt.show()
+
+# %% [markdown]
+# ### (a) A falsifying test (3 points)
+#
+# Write `detect(pipe) -> bool`: `True` when a run of `pipe` has a late loss spike, `False` when it does
+# not. Train it (`train_history`, or `course.replay.train_with_checkpoints`) and look at the losses.
+#
+# * **The noise it must tolerate.** The loss of a healthy draw falls quickly, then wobbles: a step's
+#   loss can be up to about 1.35 x the median of the 10 steps before it. Every bug of this family pushes
+#   the loss of some step between 60 and 75 to at least 1.6 x the median of the 10 steps before that
+#   step. Compare each step with the run's own recent history (the alert policy's rule), not with a
+#   fixed number: the loss level depends on the draw's language and learning rate.
+# * Graded by mutation: quiet on healthy draws, firing on broken ones, with other seeds and
+#   configurations and with a bug of this family you have not been shown. Return a `bool` (numpy and
+#   torch bools are accepted).
+# * You may use your own `observe` (`replay_alerts(AlertPolicy(...), history, observe=observe)`); the
+#   package's `AlertPolicy.observe`, `course.replay.spike_alerts` and `course.replay.spike_symptom`,
+#   and the mystery module's `reveal`, `touched`, `draw` and `make` are switched off while your
+#   function is graded. Keep it to at most three training runs of 75 steps per call.
+
+# %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
+def first_spike(losses, ratio=1.4, window=10):
+    """The first step whose loss is above ``ratio`` x the median of the ``window`` losses before it, or None."""
+    ### BEGIN SOLUTION
+    for s in range(window, len(losses)):
+        if losses[s] > ratio * statistics.median(losses[s - window:s]):
+            return s
+    return None
+    ### END SOLUTION
+
+
+def detect(pipe):
+    ### BEGIN SOLUTION
+    return first_spike(train_history(pipe)["loss"]) is not None
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+from course import mystery as _mystery
+from course.alerts import AlertPolicy as _Policy
+from course.grading import assert_detector
+from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+
+_off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
+assert_detector(detect, healthy={"healthy draw": _mystery.make("healthy", 1, _BASE)},
+                broken={"corrupted-shard draw": _mystery.make("corrupted-shard", 2, _BASE)},
+                what="spike detector", off=_off)
+
+# %% [markdown]
+# Hidden tests: healthy draws and the other bugs of the family (one you have not seen), fresh configurations.
+
+# %% nbgrader={"grade": true, "grade_id": "test_detect_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# hidden tests run here
+### BEGIN HIDDEN TESTS
+from course import mystery as _mystery
+from course.alerts import AlertPolicy as _Policy
+from course.grading import assert_detector
+from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+
+_off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
+_salt = "h04-d7e"
+assert_detector(detect,
+                healthy={f"hidden healthy draw {i}": _mystery.make("healthy", s, _BASE, salt=_salt) for i, s in enumerate((3, 4))},
+                broken={f"hidden broken draw {i}": _mystery.make(b, 5 + i, _BASE, salt=_salt)
+                        for i, b in enumerate(("garbled-shard", "lr-burst", "optimizer-state-reset"))},
+                what="spike detector", off=_off)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (b) Name the cause (3 points)
+#
+# Write `name_cause(pipe) -> str`: `"healthy"` when there is no spike, `"data"` when the spike comes
+# from the batches the run trains on, `"optimizer"` when it comes from the optimizer (its factory or
+# its update), whatever data it meets.
+#
+# This is the replay experiment from the start of the notebook: resume a state from *before* the spike
+# on *other* data indices (`train_with_checkpoints`, `last_good` and `replay(..., skip=...)` from
+# `course.replay`, or `train_history(pipe, skip=...)`) and see whether the spike comes back. Checkpoint
+# well before the spike: the state right after a shard is already damaged. Graded on fresh, salted
+# draws of every bug of the family, one of them never shown to you (it is an optimizer bug); the same
+# functions as in (a) are switched off. Return one of the three strings.
+
+# %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
+import tempfile
+
+from course.replay import last_good, replay, train_with_checkpoints
+
+
+def name_cause(pipe):
+    ### BEGIN SOLUTION
+    folder = tempfile.mkdtemp(prefix="mystery-")
+    run = train_with_checkpoints(pipe, MYSTERY_STEPS, folder, every=10)
+    s = first_spike(run.history["loss"])
+    if s is None:
+        return "healthy"
+    good = last_good(folder, s - 10)  # a state from before anything broke
+    other = replay(pipe, folder, good, steps=min(MYSTERY_STEPS, s + 10) - good, skip=100)
+    return "optimizer" if first_spike(other.history["loss"]) is not None else "data"
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_name_cause", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+from course import mystery as _mystery
+from course.alerts import AlertPolicy as _Policy
+from course.grading import assert_names
+from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+
+_off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
+assert_names(name_cause, {"corrupted-shard draw": (_mystery.make("corrupted-shard", 12, _BASE), "data"),
+                          "lr-burst draw": (_mystery.make("lr-burst", 13, _BASE), "optimizer")},
+             what="name_cause", off=_off)
+
+# %% [markdown]
+# Hidden tests: a healthy draw and fresh draws of the other bugs of the family (one you have not seen).
+
+# %% nbgrader={"grade": true, "grade_id": "test_name_cause_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# hidden tests run here
+### BEGIN HIDDEN TESTS
+from course import mystery as _mystery
+from course.alerts import AlertPolicy as _Policy
+from course.grading import assert_names
+from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+
+_off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
+_salt = "h04-n3a"
+_want = {"healthy": "healthy", "garbled-shard": "data", "lr-burst": "optimizer", "optimizer-state-reset": "optimizer"}
+assert_names(name_cause, {f"hidden draw {i}": (_mystery.make(b, 1 + i, _BASE, salt=_salt), w)
+                          for i, (b, w) in enumerate(_want.items())}, what="name_cause", off=_off)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (c) The fix (3 points)
+#
+# Write `fix(pipe) -> Pipeline` for a broken draw of `corrupted-shard`, `garbled-shard` or `lr-burst`:
+# return `pipe` with the broken part replaced and every other part and setting left as it is. The
+# reference parts: the data stream is `batches=None` (the reference stream; or wrap the broken stream
+# in a `Quarantine` with a check that catches what is wrong), the optimizer factory is
+# `course.pipeline.adamw`. You may use your `name_cause`, or compare the draw's batches with the
+# reference stream (`course.train.batch_at(pipe, 0, i)` against
+# `batch_at(pipe.replace(batches=None), 0, i)`): calling a part is a test, and allowed.
+#
+# Graded by behaviour on fresh draws of each of the three bugs (`course.mystery.check_fix`): the fixed
+# pipeline may differ from the draw only in the broken part; trained on a fresh seed, the alert policy
+# that grades it (loss-spike alerts at 1.4 x the median of the last 10 steps) must stay quiet; and at
+# least 90% of its first 75 batches must be ordinary data (removing bad batches is fine, replacing the
+# data is not). Never compared with a stored number. The same functions as in (a) are switched off.
+
+# %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
+import course.pipeline
+from course.train import batch_at
+
+
+def fix(pipe):
+    ### BEGIN SOLUTION
+    reference = pipe.replace(batches=None)
+    for i in range(MYSTERY_STEPS):
+        a, b = batch_at(pipe, 0, i), batch_at(reference, 0, i)
+        if not (torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)):
+            return reference  # the data part is broken: back to the reference stream
+    return pipe.replace(optimizer_factory=course.pipeline.adamw)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+from course import mystery as _mystery
+from course.alerts import AlertPolicy as _Policy
+from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+
+_off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
+_mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE)], lambda p: _spike_symptom(p, seed=7),
+                   what="fix", off=_off)
+
+# %% [markdown]
+# Hidden tests: fresh draws of each of the three bugs, trained on a fresh seed.
+
+# %% nbgrader={"grade": true, "grade_id": "test_fix_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# hidden tests run here
+### BEGIN HIDDEN TESTS
+from course import mystery as _mystery
+from course.alerts import AlertPolicy as _Policy
+from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+
+_off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
+_salt = "h04-f9c"
+_mystery.check_fix(fix, [_mystery.make(b, 1 + i, _BASE, salt=_salt) for i, b in enumerate(("garbled-shard", "lr-burst", "corrupted-shard"))],
+                   lambda p: _spike_symptom(p, seed=11), what="fix", off=_off)
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## What these tests can and cannot prove
 #
 # * **Replaying from the last good checkpoint** proves the spike is deterministic given the state and
 #   the data indices (bit-identical here), which rules out a glitch. Replaying *different* data from the
 #   same state, and the same data from another state, tell you whether the batch, the state, or both
 #   are needed. It cannot tell you *what* about the batch matters; that takes looking at the batch.
-# * **Correlation on one step axis** rules causes out (a learning rate that is smooth through the spike
-#   did not trigger it) but never proves one in: it points at what to replay.
+# * **Correlation on one step axis** rules causes out only as far as the logged number is the real one:
+#   a smooth *logged* learning rate rules out the schedule, not an optimizer that scales the rate
+#   inside its step (the mystery's `lr-burst` logs a smooth rate; the relative update shows it). It
+#   never proves a cause in: it points at what to replay.
 # * **Rewind and skip** proves only that *this* run got past *this* spike; it changes the data the model
 #   sees, and the same batches may spike again from another state. Log every skip.
-# * **The checksum all-reduce** proves the replicas' parameters differ when the checksums differ; equal
-#   checksums make equal parameters overwhelmingly likely, not certain, and say nothing about the
+# * **The quarantine and the re-run** prove that *this* run no longer spikes where it did, by the same
+#   alert policy that saw the spike; they do not prove the data clean (a check catches only what it
+#   looks for: garbled targets pass a token-share check).
+# * **The checksum all-reduce** proves the replicas' parameters differ when the checksums differ. Equal
+#   checksums do not prove equal parameters (a collision is shown above), and say nothing about the
 #   optimizer state or which replica is right.
+# * **Replaying a state on other data** separates a data cause from an optimizer cause only if the state
+#   is from before anything broke, and the other data is clean.
 # * **The alert policy's tests** prove that each alert fires on its trigger and stays quiet on the
 #   sequences tested; the thresholds that suit a run come from that run's healthy history.
