@@ -17,8 +17,8 @@ Families:
   ``course.bugs_nonfinite``).
 * ``wrong-gradient``: parameters move, but by the wrong gradient: accumulated, mis-shaped, or
   supervising the wrong tokens (notebook 03, ``course.bugs_fitting``).
-* ``late-spike``: a run that is healthy until a batch meets a parameter state it cannot take
-  (notebook 04, ``course.bugs_spike``).
+* ``late-spike``: a run that is healthy until, at one step, a bad shard of data or an optimizer
+  fault makes the loss jump (notebook 04, ``course.bugs_spike``).
 * ``val-gap``: training improves while validation worsens, or the two are not measured alike
   (notebook 05, ``course.bugs_validation``).
 * ``leakage``: validation shares data with training, so it looks better than it is (notebook 05).
