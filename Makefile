@@ -67,9 +67,17 @@ lab-instructor: venv
 
 test: test-unit test-autograde test-notebooks test-browser
 
+# pytest-xdist: one worker per core (TEST_JOBS=0 runs in one process). Unit tests are spread by
+# file (a module's fixtures are built once), nbval by notebook (a notebook's cells share a kernel),
+# browser tests one by one (each worker starts its own JupyterLab and Chromium). Notebooks and
+# tests run torch on one thread, so two workers use two cores without fighting.
+TEST_JOBS ?= auto
+XDIST = -n $(TEST_JOBS)
+
 # Unit tests of course/ and of the grading machinery (sandbox, class runner, hostile submissions).
 test-unit: venv system-deps sandbox
-	$(BIN)/python -m pytest tests/ --ignore=tests/browser --ignore=tests/test_autograde.py --durations=10
+	$(BIN)/python -m pytest $(XDIST) --dist loadfile tests/ --ignore=tests/browser \
+	  --ignore=tests/test_autograde.py --durations=10
 
 # End-to-end: every notebook's solution, untouched release and targeted cases through nbgrader.
 test-autograde: venv sandbox
@@ -78,7 +86,7 @@ test-autograde: venv sandbox
 # Strict nbval: re-runs each solution notebook and compares outputs with the saved ones.
 # tests/conftest.py (loaded with -p: pytest would not apply it to solutions/) skips stderr.
 test-notebooks: venv
-	$(if $(SOLUTION_NOTEBOOKS),$(BIN)/python -m pytest -p tests.conftest --nbval \
+	$(if $(SOLUTION_NOTEBOOKS),$(BIN)/python -m pytest $(XDIST) --dist loadfile -p tests.conftest --nbval \
 	  --nbval-kernel-name $(KERNEL) --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  $(SOLUTION_NOTEBOOKS),@echo "no solution notebooks: nbval skipped")
 
@@ -87,7 +95,7 @@ test-notebooks: venv
 # Assignments views; screenshots in .screenshots/. Skips (saying why) without Chromium, unless CI
 # is set. BROWSER_VALIDATE=all validates every assignment (default: the first).
 test-browser: venv system-deps
-	$(BIN)/python -m pytest tests/browser
+	$(BIN)/python -m pytest $(XDIST) --dist load tests/browser --durations=10
 
 release: venv
 	@set -e; for a in $(ASSIGNMENTS); do $(NBGRADER) generate_assignment "$$a" --force; done
@@ -140,7 +148,7 @@ export: venv
 
 # stdin from /dev/null: a bench started as a background job must not hand the terminal to kernels
 bench: venv
-	$(BIN)/python benchmarks/train.py </dev/null
+	$(BIN)/python benchmarks/train.py --threads 1 </dev/null
 	$(BIN)/python -m autograder.bench </dev/null
 
 clean:

@@ -17,7 +17,8 @@ kernel, runs Run > Run All Cells, saves it, and checks:
   first assignment is validated; ``BROWSER_VALIDATE=all`` validates every one.
 
 One screenshot per notebook goes to ``.screenshots/`` (git-ignored), with the widget (or the
-first error of a student notebook) in view; ``.screenshots/summary.txt`` lists what each run did.
+first error of a student notebook) in view; ``.screenshots/summary.txt`` (``summary-gw<N>.txt``
+per worker under pytest-xdist) lists what each run did.
 """
 from __future__ import annotations
 
@@ -39,9 +40,13 @@ VALIDATED = ASSIGNMENTS if os.environ.get("BROWSER_VALIDATE") == "all" else ASSI
 
 @pytest.fixture(scope="session")
 def report(screenshots):
+    """Lines for .screenshots/summary.txt; under pytest-xdist each worker writes its own
+    summary-<worker>.txt (workers share the folder, not the list)."""
     lines = []
     yield lines
-    (screenshots / "summary.txt").write_text("\n".join(lines) + "\n")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    name = f"summary-{worker}.txt" if worker else "summary.txt"
+    (screenshots / name).write_text("\n".join(lines) + "\n")
 
 
 def _say(capsys, report, line):
