@@ -7,6 +7,9 @@ kernel). On top of ``Execute`` it:
   here (``autograder.sandbox.probe``), or COURSE_ALLOW_UNSANDBOXED=1 is set;
 - starts the kernel ``debug-course-sandboxed`` on the ipc transport, with its connection file and
   sockets in a private temporary folder (removed afterwards), and passes the resource limits;
+- leaves unrun the untouched demonstrations that nothing run after them needs (cells tagged
+  ``demo`` in the source notebook: ``autograder.demo_cells``; only their imports run, and their
+  output says so); ``SandboxedExecute.skip_demos = False`` runs every cell;
 - stops the run at the first cell that breaks a limit: a cell past ``timeout`` (CellTimeoutError),
   a cell printing more than ``max_output_bytes`` (OutputLimitError, interrupted), a kernel that
   dies (KernelDied: CPU limit, os._exit, crash) or stops answering (CellTimeoutError: no output
@@ -31,13 +34,15 @@ import os
 import shutil
 import tempfile
 
+import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_sync
 from nbformat.v4 import new_code_cell, new_output
+from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, Unicode
 
-from autograder import sandbox
+from autograder import demo_cells, sandbox
 
 _PROBED: dict[str, str | None] = {}
 
@@ -70,6 +75,8 @@ class SandboxedExecute(Execute):
     tmp_mb = Integer(256, help="size of each tmpfs the kernel can write, MiB").tag(config=True)
     max_output_bytes = Integer(2_000_000, help="output bytes a cell may print").tag(config=True)
     guard = Bool(True, help="run the monkeypatch guard around test cells").tag(config=True)
+    skip_demos = Bool(True, help="leave untouched demo cells that no later cell needs unrun "
+                      "(autograder/demo_cells.py)").tag(config=True)
 
     # -- kernel start -------------------------------------------------------------------------
     def preprocess(self, nb, resources=None, km=None):
@@ -85,11 +92,28 @@ class SandboxedExecute(Execute):
                     f"machine (make sandbox), or set {sandbox.ALLOW_ENV}=1 to grade unprotected.")
             self.log.warning("grading WITHOUT the sandbox (%s=1): %s", sandbox.ALLOW_ENV, reason)
         self._stopped = None
+        self._skip = self._demo_cells(nb, resources) if self.skip_demos else set()
         self._private = tempfile.mkdtemp(prefix="course-kernel-")
         try:
             return super().preprocess(nb, resources, km)
         finally:
             shutil.rmtree(self._private, ignore_errors=True)
+
+    def _demo_cells(self, nb, resources) -> set[int]:
+        """The cells of this submission that need not run (``autograder.demo_cells``), judged
+        against the assignment's source notebook; none when it cannot be read."""
+        info = (resources or {}).get("nbgrader", {})
+        if not info.get("assignment"):  # not run by nbgrader (a direct call): nothing to compare with
+            return set()
+        course = CourseDirectory(config=self.config)
+        path = os.path.join(course.format_path(course.source_directory, ".", info.get("assignment", "")),
+                            f"{info.get('notebook', '')}.ipynb")
+        try:
+            source = nbformat.read(path, as_version=4)
+        except (OSError, ValueError) as err:
+            self.log.warning("demo cells not skipped: cannot read the source notebook %s (%s)", path, err)
+            return set()
+        return demo_cells.skippable(nb.cells, demo_cells.demo_sources(source))
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
@@ -118,6 +142,20 @@ class SandboxedExecute(Execute):
         if self._stopped:
             cell.outputs = [_error("NotRun", f"not run: {self._stopped}")]
             return cell, resources
+        if index in self._skip:  # an untouched demonstration: only its imports run
+            source, code = cell.source, demo_cells.imports(cell.source)
+            outputs = []
+            if code:
+                cell.source = code
+                cell, resources = self._run_cell(cell, resources, index)
+                outputs = [o for o in cell.outputs if o.output_type == "error"]
+                cell.source = source
+            cell.outputs = [new_output("stream", name="stdout", text=demo_cells.NOTE)] + outputs
+            cell.execution_count = None
+            return cell, resources
+        return self._run_cell(cell, resources, index)
+
+    def _run_cell(self, cell, resources, index):
         test = _is_test(cell) and self.guard
         restored, void = [], []
         if test:

@@ -43,3 +43,24 @@ def test_solution_notebook_names_the_course_kernel(text):
     nb = nbformat.read(text.with_suffix(".ipynb"), as_version=4)
     assert nb.metadata.get("kernelspec", {}).get("name") == "debug-course", "the notebook must run on the debug-course kernel"
     assert "jupytext" not in nb.metadata, "no jupytext pairing metadata: nbgrader would copy it into the student version"
+
+
+@pytest.mark.parametrize("text", TEXT_FILES, ids=lambda p: p.parent.name)
+def test_every_demo_cell_is_left_unrun_when_the_solution_is_graded(text):
+    """A cell tagged ``demo`` is skipped by the autograder only when nothing run after it reads a
+    name it assigns (autograder/demo_cells.py). A tag on a cell that something needs does nothing
+    but mislead: name the cell and what needs it."""
+    from autograder import demo_cells
+
+    nb = nbformat.read(text.with_suffix(".ipynb"), as_version=4)
+    demos = demo_cells.demo_sources(nb)
+    skipped = demo_cells.skippable(nb.cells, demos)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and cell.source in demos and i not in skipped:
+            bound = demo_cells.binds(cell.source) or set()
+            needs = [(j, sorted(bound & (demo_cells.reads(c.source) or bound)))
+                     for j, c in enumerate(nb.cells[i + 1:], i + 1)
+                     if c.cell_type == "code" and j not in skipped and bound & (demo_cells.reads(c.source) or bound)]
+            pytest.fail(f"{text.name}: cell {i} is tagged demo but would run when graded: "
+                        f"later cells read what it assigns {needs[:3]} (untag it, or move what they "
+                        f"need into a cell of its own)")
