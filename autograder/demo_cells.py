@@ -15,7 +15,8 @@ submission's code cell is not run when all of these hold:
 A skipped cell still runs its top-level import statements (cheap, and later cells may use what
 they import), and its output is one line saying it was not run. What the analysis sees of a cell:
 *binds* are the names it assigns, deletes or defines, and the base name of anything it assigns
-into (``d[k] = v``, ``obj.x = v``); *reads* are the names it loads, deletes or updates in place (``x += 1``). A cell it cannot read (IPython magics or shell escapes,
+into (``d[k] = v``, ``obj.x = v``); *reads* are the global names it loads, deletes or updates in place (``x += 1``): not a
+function's parameters or locals, nor a comprehension's variables. A cell it cannot read (IPython magics or shell escapes,
 a syntax error, ``exec``/``eval``/``globals``/``get_ipython``, a star import) counts as reading
 every name, so every demo before it runs.
 
@@ -61,16 +62,91 @@ def _tree(source: str):
     return tree
 
 
-def reads(source: str) -> set[str] | None:
-    """Every name the cell reads (loads, deletes or updates in place), or None when the cell
-    cannot be analysed. A plain assignment is not a read: ``fig, ax = ...`` needs no earlier ``fig``."""
-    tree = _tree(source)
-    if tree is None:
-        return None
-    out = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
-    out |= {n.target.id for n in ast.walk(tree)
-            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+def _stored(body) -> set[str]:
+    """Names a function body assigns (its locals), not looking into nested scopes."""
+    out, stack = set(), list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
     return out
+
+
+def _free(node, local: frozenset) -> set[str]:
+    """Names ``node`` reads that are not local to an enclosing function, lambda or comprehension
+    (``local``): the parameter ``fixed`` of ``def check(fixed): ...`` does not read a global ``fixed``."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        args = node.args
+        outer = [*args.defaults, *(d for d in args.kw_defaults if d is not None),
+                 *getattr(node, "decorator_list", []), *(a.annotation for a in
+                 [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a and a.annotation)]
+        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+        body = node.body if isinstance(node.body, list) else [node.body]
+        declared = {n for b in ast.walk(ast.Module(body=body, type_ignores=[]))
+                    if isinstance(b, (ast.Global, ast.Nonlocal)) for n in b.names}
+        inner = local | ((params | _stored(body)) - declared)
+        return set().union(*(_free(n, local) for n in outer), *(_free(b, inner) for b in body))
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        inner = local | targets
+        first, rest = node.generators[0].iter, [c for c in ast.iter_child_nodes(node) if c is not node.generators[0].iter]
+        return _free(first, local) | set().union(*(_free(c, inner) for c in rest))
+    if isinstance(node, ast.Name):
+        return set() if isinstance(node.ctx, ast.Store) or node.id in local else {node.id}
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id not in local:
+        return {node.target.id} | _free(node.value, local)
+    return set().union(*(_free(c, local) for c in ast.iter_child_nodes(node)))
+
+
+def _names_of(target) -> set[str]:
+    """The plain names a (possibly tuple) assignment target binds."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_names_of(t) for t in target.elts))
+    if isinstance(target, ast.Starred):
+        return _names_of(target.value)
+    return set()
+
+
+def _ordered(body, assigned: set) -> set[str]:
+    """Reads of a statement list run in order: a name the cell has surely assigned by then (a plain
+    assignment, import or def at this level; a for loop's variable inside its body) reads the
+    cell's own value, not an earlier cell's. Anything conditional counts as not assigned."""
+    out, assigned = set(), set(assigned)
+    for stmt in body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            out |= set().union(*(_free(n, frozenset()) for n in [stmt.value, *targets] if n)) - assigned
+            assigned |= set().union(*(_names_of(t) for t in targets))
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            out |= (_free(stmt.iter, frozenset()) | _free(stmt.target, frozenset())) - assigned
+            out |= _ordered(stmt.body, assigned | _names_of(stmt.target)) | _ordered(stmt.orelse, assigned)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            assigned |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out |= _free(stmt, frozenset()) - assigned
+            assigned.add(stmt.name)
+        else:
+            out |= _free(stmt, frozenset()) - assigned
+    return out
+
+
+def reads(source: str) -> set[str] | None:
+    """The global names the cell reads (loads, deletes or updates in place) of values an earlier
+    cell made, or None when the cell cannot be analysed. Not reads: a plain assignment (``fig, ax =
+    ...`` needs no earlier ``fig``), a name the cell itself assigned before using it (a loop
+    variable in its loop), a function's parameter or local variable."""
+    tree = _tree(source)
+    return None if tree is None else _ordered(tree.body, set())
 
 
 def _base(node) -> str | None:

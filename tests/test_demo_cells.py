@@ -115,3 +115,27 @@ def test_sandboxed_execute_leaves_skippable_demos_unrun(tmp_path, skip_demos):
         assert "DEMO-A ran" in out[1], out[1]
     assert "DEMO-B ran" in out[2], "the test reads y, which demo B assigns: demo B must run"
     assert out[3] == "", f"the test must pass (json imported by the skipped demo): {out[3]!r}"
+
+
+def test_a_functions_parameters_and_locals_are_not_global_reads():
+    later = "def check(run, n=len(shown)):\n    total = run[0]\n    return [run for run in range(n)], total"
+    assert demo_cells.reads(later) == {"len", "shown", "range"}
+    assert skipped(cells(SETUP, DEMO, later, demo=[1])) == {1}, \
+        "`run` in the later cell is check's parameter, not the demo's `run`"
+    uses_global = "def check():\n    return run[0]"
+    assert skipped(cells(SETUP, DEMO, uses_global, demo=[1])) == set(), "check() reads the global `run`"
+    declared = "def reset():\n    global run\n    run = run + [1]"
+    assert skipped(cells(SETUP, DEMO, declared, demo=[1])) == set(), "`global run` reads the demo's run"
+    assert demo_cells.reads("[x for x in xs if x > lim]") == {"xs", "lim"}
+    assert demo_cells.reads("lambda a, b=c: a + d") == {"c", "d"}
+
+
+def test_a_name_the_cell_assigns_before_using_it_is_not_a_read():
+    assert demo_cells.reads("for name in names:\n    print(name)") == {"names", "print"}
+    assert demo_cells.reads("run = 1\nprint(run)") == {"print"}
+    assert demo_cells.reads("print(run)\nrun = 1") == {"print", "run"}, "read before the assignment"
+    assert demo_cells.reads("if c:\n    run = 1\nprint(run)") == {"c", "print", "run"}, \
+        "an assignment under `if` may not happen: the later read may see the earlier cell's run"
+    assert demo_cells.reads("for name in []:\n    pass\nprint(name)") == {"print", "name"}, \
+        "after an empty loop the loop variable is still the earlier cell's"
+    assert skipped(cells(SETUP, DEMO, "for run in range(2):\n    print(run)", demo=[1])) == {1}
