@@ -81,7 +81,7 @@ prediction = None  # your guess: the colleague's mean training loss over its las
 healthy = train(pipe, steps=STEPS, seed=0, eval_every=0, progress=True)
 colleague = train(inject(pipe, "lr-zero"), steps=STEPS, seed=0, eval_every=0, progress=True)
 
-# %%
+# %% tags=["demo"]
 ax = loss_plot({"reference": healthy.history["loss"], "colleague's copy": colleague.history["loss"]},
                baselines, title=f"{STEPS} steps of the same recipe")
 plt.show()
@@ -172,7 +172,7 @@ with captured_warnings():
 # One training step separates them: record every parameter, step, and compare bit for bit. The
 # package's `update_report` does that and names the most specific cause it can.
 
-# %%
+# %% tags=["demo"]
 from course.checks import update_report
 from course.train import start, train_steps
 
@@ -184,7 +184,7 @@ def one_step_report(pipeline, seed=0):
 # The negative control first: on the reference pipeline the test must pass. A test that fails on a
 # healthy pipeline tells us nothing about a broken one.
 
-# %%
+# %% tags=["demo"]
 control = one_step_report(pipe)
 print("reference:", control.cause(), f"({len(control.unchanged)} of {control.n_params} tensors unchanged)")
 
@@ -192,10 +192,10 @@ print("reference:", control.cause(), f"({len(control.unchanged)} of {control.n_p
 # Now the colleague's copy. Hypothesis 1 predicts that no tensor changes; hypothesis 2 that they change
 # as on the reference. Commit to a number first.
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: how many of the model's parameter tensors one step of the colleague's copy leaves unchanged
 
-# %%
+# %% tags=["demo"]
 suspect = one_step_report(inject(pipe, "lr-zero"))
 reveal(f"tensors left unchanged by one step (of {suspect.n_params})", prediction, len(suspect.unchanged))
 print("colleague:", suspect.cause(), f"(gradient norm {suspect.grad_norm:.3f}, learning rates {suspect.lrs})")
@@ -212,12 +212,12 @@ print("colleague:", suspect.cause(), f"(gradient norm {suspect.grad_norm:.3f}, l
 # re-run the colleague's pipeline with the reference's learning rate, on a fresh seed, and look with the
 # same detector that saw the symptom, your `loss_is_stuck`.
 
-# %%
+# %% tags=["demo"]
 fixed = train(inject(pipe, "lr-zero").replace(lr=pipe.lr), steps=STEPS, seed=1, eval_every=0, progress=True)
 print("stuck before the fix:", loss_is_stuck(colleague.history["loss"]),
       "| stuck after:", loss_is_stuck(fixed.history["loss"]))
 
-# %%
+# %% tags=["demo"]
 ax = loss_plot({"colleague's copy": colleague.history["loss"], "after the fix (seed 1)": fixed.history["loss"]},
                baselines, title="The symptom is gone")
 plt.show()
@@ -304,10 +304,10 @@ for name in step.before:
 # Is the flat loss itself a good enough test? One bug of the family leaves a single tensor out of the
 # optimizer: the token embedding. Everything else still learns.
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: with the token embedding left out of the optimizer, is the 40-step loss stuck by loss_is_stuck's rule (True/False)?
 
-# %%
+# %% tags=["demo"]
 partial = inject(SMALL, "embedding-not-in-optimizer")
 first, last = first_last(train(partial, seed=0, eval_every=0).history["loss"], window=10)
 partial_step = one_step(partial)
@@ -492,7 +492,7 @@ check_fix(fix, [_mystery.make(b, 41 + i, _SMALL, salt="h-00-fix-8e2") for i, b i
 # Your fix on your mystery, re-run on a fresh seed and looked at with the detectors that saw the
 # symptom: `loss_is_stuck` on the curve, and your `detect` on one step.
 
-# %%
+# %% tags=["demo"]
 repaired = fix(mystery)
 repaired_run = train(repaired, seed=1, eval_every=0)
 print("stuck before the fix:", loss_is_stuck(mystery_run.history["loss"], window=10),
@@ -573,7 +573,7 @@ for _k, _r in _got.items():
 # from the catalogue's *no-updates* family; the cell runs it on the reference recipe with that bug.
 # Note which bugs it names exactly and which it only narrows down.
 
-# %%
+# %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 import ipywidgets as widgets
 from course.bugs import catalogue
