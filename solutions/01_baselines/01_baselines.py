@@ -140,7 +140,7 @@ assert not _wrong, f"wrong entropy (beyond 1e-5 relative) on: {', '.join(_wrong)
 # %% [markdown]
 # On a padded batch, the masked baseline and the naive one (every position, padding included) differ:
 
-# %%
+# %% tags=["demo"]
 padded = batch_at(pipe.replace(min_len=8), seed=0, step=0)
 naive = masked_unigram_entropy(padded.inputs)  # every position, padding included
 print(f"scored targets: {padded.scored.float().mean():.1%} of positions")
@@ -180,7 +180,7 @@ reveal("loss at init with head std 1.0, minus ln(V)", prediction, f"{losses_at_i
 # With a larger initial scale the logits spread out, the model is confidently wrong, and the loss at
 # initialisation lands *above* `ln(V)`.
 
-# %%
+# %% tags=["demo"]
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot(stds, losses_at_init, "o-", label="loss at initialisation")
 ax.axhline(lang.uniform_loss, color="grey", linestyle=":", label="ln(V)")
@@ -194,7 +194,7 @@ plt.show()
 # Move the slider to see the loss at initialisation for any head scale. `ln(V)` is a baseline to
 # compare against, not a fingerprint of a healthy start.
 
-# %%
+# %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 import ipywidgets as widgets
 
@@ -225,13 +225,13 @@ print(f"small language: V = {small_lang.vocab_size}, ln(V) {small_lang.uniform_l
 # Give the pipeline targets drawn uniformly at random, independent of the inputs. Nothing is broken in
 # the model or the loop.
 #
-# **Predict.** After 60 steps, where will the training loss be: near `ln(V)`, near the unigram
+# **Predict.** After 40 steps, where will the training loss be: near `ln(V)`, near the unigram
 # entropy, or near the window floor?
 
 # %%
 prediction = None  # your guess: "ln(V)" / "unigram" / "window floor"
 
-# %%
+# %% tags=["demo"]
 from course.data import Batch, next_token_batch
 
 def uniform_random_targets(windows, pad_id, vocab_size=small_lang.vocab_size):
@@ -239,9 +239,9 @@ def uniform_random_targets(windows, pad_id, vocab_size=small_lang.vocab_size):
     g = torch.Generator().manual_seed(int(windows[:, :4].sum()))  # seeded by the batch itself
     return Batch(batch.inputs, torch.randint(0, vocab_size, batch.targets.shape, generator=g), pad_id)
 
-noise = train(small.replace(collate=uniform_random_targets), steps=60, seed=0, eval_every=0, progress=True)
+noise = train(small.replace(collate=uniform_random_targets), steps=40, seed=0, eval_every=0, progress=True)
 noise_loss = sum(noise.history['loss'][-20:]) / 20
-reveal("mean training loss over the last 20 of 60 steps, on uniform random targets", prediction,
+reveal("mean training loss over the last 20 of 40 steps, on uniform random targets", prediction,
        f"{noise_loss:.4f} (ln V = {small_lang.uniform_loss:.4f}, unigram {small_lang.unigram_entropy:.4f}, "
        f"window floor {small_lang.loss_floor(small.seq_len):.4f})")
 
@@ -283,10 +283,10 @@ reveal("|CE - CE relabelled| (float32)", prediction, f"{(ce - ce_relabelled).abs
 # **Predict.** When the mask ignores every target, what does `F.cross_entropy` return with
 # `reduction="mean"`, and with `reduction="sum"`?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: (mean, sum)
 
-# %%
+# %% tags=["demo"]
 ignored = torch.full_like(val.targets, IGNORE)
 measured = {}
 for reduction in ("mean", "sum"):
@@ -310,23 +310,23 @@ reveal("all targets ignored: (mean, sum)", prediction, (measured["mean"], measur
 #   only the mask differs.
 # * **unshifted targets**: the target is the input token itself; a causal model sees it and can copy it.
 #
-# **Predict.** After 100 steps, where does the training loss of the copy model (unshifted targets)
+# **Predict.** After 50 steps, where does the training loss of the copy model (unshifted targets)
 # end: near the window floor, a little below it, or near zero?
 
 # %%
 prediction = None  # your guess: a number of nats
 
-# %%
+# %% tags=["demo"]
 from course.bugs import inject
 
 padded_small = small.replace(min_len=6)
 runs = {
-    "reference (padded data)": train(padded_small, steps=100, seed=0, eval_every=0, progress=True),
-    "padding scored": train(inject(padded_small, "padding-scored"), steps=100, seed=0, eval_every=0, progress=True),
-    "unshifted targets": train(inject(small, "unshifted-targets"), steps=100, seed=0, eval_every=0, progress=True),
+    "reference (padded data)": train(padded_small, steps=50, seed=0, eval_every=0, progress=True),
+    "padding scored": train(inject(padded_small, "padding-scored"), steps=50, seed=0, eval_every=0, progress=True),
+    "unshifted targets": train(inject(small, "unshifted-targets"), steps=50, seed=0, eval_every=0, progress=True),
 }
 
-# %%
+# %% tags=["demo"]
 pad_targets = batch_at(inject(padded_small, "padding-scored"), 0, 0).targets
 print(f"share of scored targets that are PAD when padding is scored: {(pad_targets == small_lang.PAD).float().mean():.1%}")
 for name, run in runs.items():
@@ -345,7 +345,7 @@ reveal("copy model (unshifted targets), last-20 mean training loss", prediction,
 # above or below its own average on any particular set. Below, the chain's own loss on 200 random
 # validation sets of 64 windows of the course's language:
 
-# %%
+# %% tags=["demo"]
 from course.baselines import chain_loss
 
 sets = lang.sample(200 * 64, pipe.seq_len + 1, seed=2026).view(200, 64, pipe.seq_len + 1)
@@ -375,7 +375,7 @@ print(f"lowest set: {chain_on_sets.min():.4f}, {(lang.loss_floor(pipe.seq_len) -
 # inputs shifted left by one), then the same detector on a fresh run. Clamping the loss, adding noise
 # or training less would hide the symptom without fixing anything.
 
-# %%
+# %% tags=["demo"]
 from course.baselines import held_out_symptom, BELOW_CHAIN_MARGIN, STALL_FRACTION
 
 print(f"held_out_symptom: leakage below the exact chain by more than {BELOW_CHAIN_MARGIN} nats; "
@@ -389,7 +389,7 @@ print(f"held-out loss after the fix {runs['unshifted targets, fixed'].final_val_
       f"exact chain on the same windows {chain_loss(small_lang, small.windows('val')):.4f}, "
       f"window floor {small_lang.loss_floor(small.seq_len):.4f}")
 
-# %%
+# %% tags=["demo"]
 from course.plots import loss_plot
 
 refs = dict(small_lang.baselines(small.seq_len), **{"entropy rate": small_lang.entropy_rate})
@@ -504,7 +504,7 @@ assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidde
 # Below are fourteen pipelines drawn by `course.mystery.draw` from these families, healthy ones among
 # them. They are **opaque**: every part is a `<part>`, every setting shows the healthy value, and the
 # learning rate and seeds are drawn independently of the bug, so nothing you can read off a pipeline
-# says what is wrong with it. You can only *run* its parts. Three of them, trained for 200 steps:
+# says what is wrong with it. You can only *run* its parts.
 
 # %%
 from course import mystery
@@ -512,14 +512,19 @@ from course import mystery
 CANDIDATES = ("healthy", "healthy", "missing-step", "lr-zero", "no-positions", "attend-self-only",
               "targets-shifted-twice", "unshifted-targets", "causal-mask-off")
 mysteries = {f"mystery {i}": mystery.draw(CANDIDATES, seed=i, base=small) for i in range(14)}
+print(f"every part of a mystery pipeline looks the same: {mysteries['mystery 1'].collate!r}, {mysteries['mystery 2'].collate!r}")
+
+# %% [markdown]
+# Three of them, trained for 200 steps:
+
+# %% tags=["demo"]
 shown = ["mystery 1", "mystery 6", "mystery 7"]
 mystery_runs = {name: train(mysteries[name], seed=0, eval_every=0, progress=True) for name in shown}
 for name in shown:
     print(f"{name}: lr {mysteries[name].lr}, held-out loss {mystery_runs[name].final_val_loss:.4f}; "
           f"symptom: {held_out_symptom(mysteries[name], run=mystery_runs[name])}")
-print(f"every part of a mystery pipeline looks the same: {mysteries['mystery 1'].collate!r}, {mysteries['mystery 2'].collate!r}")
 
-# %%
+# %% tags=["demo"]
 fig, axes = plt.subplots(1, len(shown), figsize=(12, 3.2), sharey=True)
 for ax, name in zip(axes, shown):
     p_lang = mysteries[name].language()
@@ -545,7 +550,7 @@ plt.show()
 # control: nothing may fire) and on a **known** bug of each kind. In the exercise you write your own:
 # the package's are switched off while your answers are graded.
 
-# %%
+# %% tags=["demo"]
 from course.checks import check_batch as reference_check_batch, update_report
 from course.checks import position_sensitivity, past_sensitivity, future_sensitivity
 from course.train import start, train_steps
