@@ -94,6 +94,18 @@ def is_bad(event: Event) -> bool:
 _bad = types.FunctionType(is_bad.__code__, is_bad.__globals__, "_bad")
 
 
+def _any_bad(events: list[Event]) -> bool:
+    """Exactly ``any(_bad(e) for e in events)``, at a fraction of the cost on a healthy step.
+
+    A NaN or an inf anywhere in a float tensor makes its sum NaN or inf, so a finite sum proves the
+    tensor finite: one reduction per tensor and one check for all of them. Only when some sum is not
+    finite (a bad tensor, or huge finite values whose sum overflows) is every event checked exactly."""
+    floats = [e.tensor for e in events if e.tensor.is_floating_point()]
+    if floats and not bool(torch.isfinite(torch.stack([t.sum(dtype=torch.float32) for t in floats])).all()):
+        return any(_bad(e) for e in events)
+    return any(_bad(e) for e in events if not e.tensor.is_floating_point())
+
+
 def first_nonfinite(events: list[Event]) -> Finding | None:
     """The first bad event in recording order, as a ``Finding``; ``None`` if every tensor is fine."""
     for e in events:
@@ -249,7 +261,7 @@ def trace(pipe, steps: int = 20, seed: int = 0) -> list[Event]:
             run.scheduler.step()
             loc.record_optimizer()
             loc.record_params()
-            if any(_bad(e) for e in loc.events):
+            if _any_bad(loc.events):
                 break
     return loc.events
 
@@ -257,7 +269,7 @@ def trace(pipe, steps: int = 20, seed: int = 0) -> list[Event]:
 def locate(pipe, steps: int = 20, seed: int = 0) -> Finding | None:
     """The first non-finite tensor of a training run of ``pipe``, within ``steps`` steps, or None."""
     events = trace(pipe, steps, seed)
-    bad = next((e for e in events if _bad(e)), None)
+    bad = next((e for e in events if _bad(e)), None) if _any_bad(events) else None
     return None if bad is None else Finding(bad.step, bad.stage, bad.name)
 
 

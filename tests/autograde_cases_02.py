@@ -154,6 +154,7 @@ CASES = [
          {"mystery_detect": "def detect(pipe):\n    return locate(pipe, HORIZON, 0) is not None\n"}, DETECT_TESTS),
     Case(A, "detect_delegates_train",
          {"mystery_detect": "def detect(pipe):\n"
+                            "    from course.train import train\n"
                             "    return train(pipe, HORIZON, 0, eval_every=0).stopped is not None\n"}, DETECT_TESTS),
     # Mystery (b): name the cause (the fix calls it, so a wrong name loses the fix cells too)
     Case(A, "cause_alternative", {"mystery_cause": _CAUSE_ALT}, set()),

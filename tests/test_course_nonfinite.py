@@ -226,3 +226,16 @@ def test_quadratic_descent_is_stable_iff_step_times_curvature_in_0_2():
     for r in (2.01, 3.0, -0.1):
         assert quadratic_descent(r, 2000)[-1] > 1e3, f"eta a = {r} must diverge"
     assert math.isinf(quadratic_descent(10.0, 1000)[-1])
+
+
+def test_fast_step_check_agrees_with_the_exact_one():
+    """trace() stops on ``_any_bad`` (a sum per float tensor first): it must equal any(is_bad(e))."""
+    from course.nonfinite import _any_bad
+    cases = [torch.full((1000,), 3e38), torch.tensor([1.0, float("inf")]), torch.tensor([float("-inf"), float("inf")]),
+             torch.tensor([float("nan")]), torch.tensor([60000.0, 60000.0]).half(), torch.tensor([float("inf")]).half(),
+             torch.tensor([1e300, 1e300], dtype=torch.float64), torch.tensor([1 + 1j, complex("inf")]),
+             torch.tensor([0, 5]), torch.empty(0), torch.tensor([True]), torch.zeros(3, dtype=torch.bfloat16)]
+    for t in cases:
+        for limit in (None, 5):
+            events = [Event(0, "activations", "a", torch.zeros(2)), Event(0, "input", "b", t, limit)]
+            assert _any_bad(events) == any(is_bad(e) for e in events), f"{t} (limit {limit})"

@@ -51,10 +51,10 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # %%
 from course import Pipeline, IGNORE
 from course.bugs import inject
-from course.train import train
+from course.train import start, train_steps
 
 pipe = Pipeline()
-runs = {name: train(inject(pipe, name), steps=30, seed=0, eval_every=0)
+runs = {name: train_steps(start(inject(pipe, name), seed=0), 30, eval_every=0)
         for name in ("causal-mask-strict", "lr-sign-typo")}
 for name, run in runs.items():
     h = run.history
@@ -64,13 +64,13 @@ for name, run in runs.items():
 # %% [markdown]
 # The second run's configured learning rate is 1e5 (a lost minus sign), but the loop's telemetry
 # records the rate each step actually **used**: the warm-up ramps it up from a fraction of that.
-# Its parameter norm grows until the run stops; a healthy run's barely moves. The plot is on a log
-# scale, where geometric growth (a constant factor per step) would be a straight line.
+# Its parameter norm grows until the run stops; over the same steps a healthy run's barely moves. The
+# plot is on a log scale, where geometric growth (a constant factor per step) would be a straight line.
 
-# %%
-healthy = train(pipe, steps=30, seed=0, eval_every=0)
+# %% tags=["demo"]
 typo = runs["lr-sign-typo"].history
 used = typo["lr"]
+healthy = train_steps(start(pipe, seed=0), len(typo["loss"]), eval_every=0)
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot(healthy.history["param_norm"], "o-", label=f"reference (LR used {healthy.history['lr'][0]:.2g} to {healthy.history['lr'][-1]:.2g})")
 ax.plot(typo["param_norm"], "s-", label=f"lr-sign-typo (LR used {used[0]:.3g} to {used[-1]:.3g}; stops when non-finite)")
@@ -85,7 +85,7 @@ plt.show()
 # %% [markdown]
 # Is the growth geometric? The ratio of each step's parameter norm to the previous one says:
 
-# %%
+# %% tags=["demo"]
 norms = typo["param_norm"]
 print(" step   LR used   param norm   ratio to previous   increase")
 for s in range(1, len(norms)):
@@ -107,9 +107,9 @@ for s in range(1, len(norms)):
 # Not when the loss is NaN **before any update**: the first loss is computed with the initial weights,
 # which no learning rate has touched. The same broken pipeline at three learning rates, zero included:
 
-# %%
+# %% tags=["demo"]
 for lr in (1e-2, 1e-6, 0.0):
-    first = train(inject(pipe, "causal-mask-strict").replace(lr=lr), steps=1, seed=0, eval_every=0)
+    first = train_steps(start(inject(pipe, "causal-mask-strict").replace(lr=lr), seed=0), 1, eval_every=0)
     print(f"lr = {lr:g}: loss at step 0 = {first.history['loss'][0]}")
 
 # %% [markdown]
@@ -122,7 +122,7 @@ for lr in (1e-2, 1e-6, 0.0):
 # one. TinyGPT routes its attention scores and weights through two identity modules (`score_probe`,
 # `softmax_probe`) so hooks can see them.
 
-# %%
+# %% tags=["demo"]
 from course.nonfinite import trace, locate, STAGES
 
 events = trace(inject(pipe, "causal-mask-strict"))
@@ -135,9 +135,11 @@ for e in events[:12]:
 # update. Only the *first* one points at the cause. Four bugs, four different first stages, and the
 # lr-sign-typo run from the symptom:
 
-# %%
-for name in ("embedding-scaled-by-inf", "causal-mask-strict", "log-guarded-by-where", "adam-eps-zero", "lr-sign-typo"):
-    print(f"{name:>24}: {locate(inject(pipe, name))}")
+# %% tags=["demo"]
+located = {name: locate(inject(pipe, name)) for name in
+           ("embedding-scaled-by-inf", "causal-mask-strict", "log-guarded-by-where", "adam-eps-zero", "lr-sign-typo")}
+for name, found in located.items():
+    print(f"{name:>24}: {found}")
 print(f"{'reference':>24}: {locate(pipe, steps=5)}")
 
 # %% [markdown]
@@ -155,10 +157,10 @@ print(f"{'reference':>24}: {locate(pipe, steps=5)}")
 # **Predict**: what does the naive `-log(softmax(logits))[target]` give, and what does
 # `F.cross_entropy` give? Write your guess (a number, `inf`, `nan`, or an error) into `prediction`.
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: (naive, F.cross_entropy), e.g. (2000.0, 2000.0)
 
-# %%
+# %% tags=["demo"]
 logits2 = torch.tensor([[1000.0, -1000.0]])
 target2 = torch.tensor([1])
 naive = -torch.log(torch.softmax(logits2, dim=-1))[0, 1]
@@ -228,10 +230,10 @@ for _scale in (1.0, 1e3, 1e5):
 #
 # **Predict**: for each, does anomaly mode raise, and if not, what is `x.grad`?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: (0/0: "raises" or a gradient, sqrt(0): "raises" or a gradient)
 
-# %%
+# %% tags=["demo"]
 x = torch.zeros(1, requires_grad=True)
 try:
     with torch.autograd.detect_anomaly(check_nan=True), captured_warnings():
@@ -254,10 +256,10 @@ reveal("anomaly mode on backward at x = 0: (0/0, sqrt(0))", prediction, (div_res
 #
 # **Predict**: at `p = (0, 0.5)`, what is the gradient of `torch.where(p > 0, p.log(), 0).sum()`?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: [gradient at p=0, gradient at p=0.5]
 
-# %%
+# %% tags=["demo"]
 p = torch.tensor([0.0, 0.5], requires_grad=True)
 value = torch.where(p > 0, p.log(), torch.zeros_like(p))
 value.sum().backward()
@@ -324,10 +326,10 @@ assert torch.allclose(_p.grad, torch.tensor([0.0, 4.0, 0.0, 0.5])), \
 #
 # **Predict**: what do 65504, 65519, 65520 and 70000 become when cast to fp16?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: [65504 -> ?, 65519 -> ?, 65520 -> ?, 70000 -> ?]
 
-# %%
+# %% tags=["demo"]
 edge = torch.tensor([65504.0, 65519.0, 65520.0, 70000.0])
 reveal(f"{edge.tolist()} cast to fp16", prediction, edge.half().float().tolist())
 print(f"largest finite: fp16 {torch.finfo(torch.float16).max:g}, bf16 {torch.finfo(torch.bfloat16).max:.3g}, "
@@ -343,7 +345,7 @@ print(f"1 + 2^-10 and 257 in fp16: {fine.half().float().tolist()}, in bf16: {fin
 # bf16 keeps all of them finite but far from exact. A product that fits float32 easily overflows in fp16: the catalogue's `loss-scaled-in-fp16` multiplies an fp16 loss by a static
 # loss scale of 2^16.
 
-# %%
+# %% tags=["demo"]
 print(f"loss 2.9 x 2^16 in fp16: {(torch.tensor(2.9).half() * 65536.0).item()}, "
       f"in bf16: {(torch.tensor(2.9).bfloat16() * 65536.0).item()}")
 print(f"locator: {locate(inject(pipe, 'loss-scaled-in-fp16'))}")
@@ -358,10 +360,10 @@ print(f"locator: {locate(inject(pipe, 'loss-scaled-in-fp16'))}")
 # **Predict**: three gradients `[1, 2]`, `[3, bad]`, `[0.5, 0.5]`, clipped to norm 1 with the default
 # settings. What are they afterwards when `bad` is NaN, and when it is inf?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: (grads after clipping with a NaN, grads after clipping with an inf)
 
-# %%
+# %% tags=["demo"]
 def three_grads(bad):
     ps = [torch.nn.Parameter(torch.zeros(2)) for _ in range(3)]
     for p, g in zip(ps, ([1.0, 2.0], [3.0, bad], [0.5, 0.5])):
@@ -394,15 +396,15 @@ reveal("gradients after clip_grad_norm_(max_norm=1): (with a NaN, with an inf)",
 #
 # **Predict**: starting from `x_0 = 1`, what is `|x_30|` at `eta a = 2` exactly?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: |x_30| at eta a = 2
 
-# %%
+# %% tags=["demo"]
 from course.nonfinite import quadratic_descent
 
 reveal("|x_30| of gradient descent at eta a = 2, from x_0 = 1", prediction, quadratic_descent(2.0, 30)[-1])
 
-# %%
+# %% tags=["demo"]
 rates = [0.5, 1.0, 1.9, 2.0, 2.1, 2.5]
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.5))
 for r in rates:
@@ -424,7 +426,7 @@ bx.set_title("Stable iff 0 < eta a < 2 (red lines)")
 bx.legend(fontsize=7)
 plt.show()
 
-# %%
+# %% tags=["demo"]
 for r in rates:
     print(f"eta a = {r}: |x_30| = {quadratic_descent(r, 30)[-1]:.3g}")
 
@@ -444,7 +446,7 @@ for r in rates:
 # update") says so. The tree is plain data (`course.nonfinite.TREE`, read through
 # `advise(when, stage)`), so you can read it, test it, and extend it for your own runs.
 
-# %%
+# %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 from course.nonfinite import tree_widget
 
@@ -455,7 +457,7 @@ tree_widget()
 #
 # **The NaN from the first step.** The locator said `softmax` at step 0, before any update. The tree:
 
-# %%
+# %% tags=["demo"]
 from course.nonfinite import advice_text, when_of
 
 found = locate(runs["causal-mask-strict"].pipe)
@@ -466,7 +468,7 @@ print(advice_text(when_of(found.step, found.stage), found.stage))
 # The separating test: count the keys each query row of the attention mask allows. The model's mask
 # is built by `course.model.attention_mask(kind, T, S)` from the pipeline's `model.attention` setting:
 
-# %%
+# %% tags=["demo"]
 from course.model import attention_mask
 
 broken_pipe = runs["causal-mask-strict"].pipe
@@ -479,7 +481,7 @@ for kind in (broken_pipe.model.attention, pipe.model.attention):
 # mask itself (`<=`, a query sees its own position), not a `nan_to_num` on the loss or a lower learning
 # rate. Re-run with the same detector that located it, the locator, over the same 20 steps:
 
-# %%
+# %% tags=["demo"]
 import dataclasses
 
 fixed_mask = broken_pipe.replace(model=dataclasses.replace(broken_pipe.model, attention="causal"))
@@ -492,9 +494,9 @@ print(f"locator, fixed mask:  {locate(fixed_mask)}")
 # clips at norm 1). Adam divides each gradient by its own running scale, so scaling all gradients down
 # does not shrink the update, which still grows with the LR used:
 
-# %%
+# %% tags=["demo"]
 typo_pipe = runs["lr-sign-typo"].pipe
-found = locate(typo_pipe)
+found = located["lr-sign-typo"]  # the locator's finding above: this pipeline, 20 steps, seed 0
 print(f"locator: {found} ({when_of(found.step, found.stage)})")
 print(f"locator, clip 1e-3 instead of {typo_pipe.clip}: {locate(typo_pipe.replace(clip=1e-3))}")
 
@@ -502,7 +504,7 @@ print(f"locator, clip 1e-3 instead of {typo_pipe.clip}: {locate(typo_pipe.replac
 # The fix at the right depth restores the learning rate that was meant (1e-5: the exponent's minus
 # sign). Re-run with the same locator over the same 20 steps:
 
-# %%
+# %% tags=["demo"]
 fixed_lr = typo_pipe.replace(lr=1e-5)
 print(f"locator, LR {fixed_lr.lr:g}: {locate(fixed_lr)}")
 
@@ -570,16 +572,19 @@ _assert_names(lambda c: first_nonfinite_stage(c[0], 5, c[1]),
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Hidden tests: runs that go bad in or after the first update.
+# Hidden tests: runs that go bad in or after the first update, on a smaller pipeline.
 
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_updates", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
 import course.nonfinite as _nf
 from course.grading import assert_names as _assert_names
-_cases = {"reference": pipe.replace(lr=3e-2),
-          "adam-eps-zero": inject(pipe, "adam-eps-zero"),
-          "lr-sign-typo": inject(pipe, "lr-sign-typo")}
+from course.model import ModelConfig as _ModelConfig
+_smaller = Pipeline(seq_len=16, model=_ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=2, d_mlp=96),
+                    batch_size=32, n_train=1024)
+_cases = {"reference": _smaller.replace(lr=3e-2),
+          "adam-eps-zero": inject(_smaller, "adam-eps-zero"),
+          "lr-sign-typo": inject(_smaller, "lr-sign-typo")}
 _expected = {}
 for _k, _p in _cases.items():
     _f = _nf.locate(_p, steps=20, seed=1)
@@ -611,7 +616,7 @@ from course.train import start, train_steps, batch_at
 
 CANDIDATES = ("healthy", "embedding-scaled-by-inf", "causal-mask-strict", "loss-scaled-in-fp16",
               "log-guarded-by-where", "adam-eps-zero", "lr-sign-typo")
-MYSTERY_BASE = Pipeline(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=2, d_mlp=96),
+MYSTERY_BASE = Pipeline(seq_len=8, model=ModelConfig(n_ctx=8, d_model=32, n_head=2, n_layer=2, d_mlp=96),
                         batch_size=32, n_train=1024, steps=200)
 HORIZON = 25  # steps
 # the reference part of each replaceable field (a mystery pipeline wraps even its healthy parts)
@@ -814,6 +819,6 @@ _mystery.check_fix(fix, [_mystery.make(b, 30 + i, MYSTERY_BASE, _salt) for i, b 
 #   `fix_symptom` kept every other part and trained finite and falling on a fresh seed: evidence the
 #   broken part was the cause, not a proof that no other bug is left.
 
-# %%
+# %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 print(f"this notebook ran in {time.perf_counter() - _notebook_start:.0f} s")
