@@ -190,11 +190,14 @@ def overfit_rule(losses: list[float], threshold: float = 0.05, steps: int = 35) 
                       below[0] if below else None, threshold, steps)
 
 
-def rule_explorer(pipe: Pipeline, batch: Batch, lrs=(1e-4, 1e-3, 3e-3, 1e-2, 3e-2), max_examples: int = 16):
+def rule_explorer(pipe: Pipeline, batch: Batch, lrs=(1e-4, 1e-3, 3e-3, 1e-2, 3e-2), max_examples: int = 16,
+                  runs: dict | None = None):
     """A widget to try the "loss < threshold within N steps" rule on the first rows and tokens of
     ``batch``: sliders for the learning rate, the step budget, the number of examples and tokens, and
     the threshold. Each change reruns one short overfit (cached) and rewrites the ``out`` area with the
-    verdict and the lowest loss the batch allows. ``box.controls`` holds the sliders by name."""
+    verdict and the lowest loss the batch allows. ``box.controls`` holds the sliders by name.
+    ``runs`` seeds the cache with loss histories already trained, keyed ``(lr, steps, examples,
+    tokens)``: each must be ``overfit_pipe(pipe.replace(lr=lr), <those rows and tokens>, steps)``."""
     import ipywidgets as w
 
     controls = {
@@ -205,7 +208,7 @@ def rule_explorer(pipe: Pipeline, batch: Batch, lrs=(1e-4, 1e-3, 3e-3, 1e-2, 3e-
         "threshold": w.FloatLogSlider(value=0.05, base=10, min=-3, max=0, step=0.25, description="threshold"),
     }
     out = w.Output()
-    cache: dict = {}
+    cache: dict = dict(runs or {})
 
     def render(*_):
         v = {k: c.value for k, c in controls.items()}

@@ -133,3 +133,19 @@ def test_rule_explorer_output_changes_with_a_control():
     assert before != after and "10 steps" in after, f"output did not follow the slider:\n{before}\n{after}"
     box.controls["threshold"].value = 1.0
     assert "< 1.0" in box.out.outputs[0]["text"]
+
+
+def test_rule_explorer_reuses_a_run_given_and_trains_the_rest():
+    """``runs`` seeds the cache: the first render shows the history given (no training), and the
+    history ``overfit_pipe`` trains for that setting renders exactly as the explorer's own run."""
+    plain = rule_explorer(SMALL, TINY)
+    v = {k: c.value for k, c in plain.controls.items()}
+    key = (v["lr"], v["steps"], v["examples"], v["tokens"])
+    rows = Batch(TINY.inputs[: v["examples"], : v["tokens"]], TINY.targets[: v["examples"], : v["tokens"]], TINY.pad_id)
+    trained = overfit_pipe(SMALL.replace(lr=v["lr"]), rows, v["steps"])
+    assert rule_explorer(SMALL, TINY, runs={key: trained}).out.outputs[0]["text"] == plain.out.outputs[0]["text"]
+    fake = [3.0] + [0.001] * v["steps"]
+    box = rule_explorer(SMALL, TINY, runs={key: fake})
+    assert box.result.passed and box.result.first_step_below == 1, "the history given was not used"
+    box.controls["steps"].value = 10  # a setting not given: trained
+    assert "10 steps" in box.out.outputs[0]["text"]

@@ -69,8 +69,8 @@ print(f"{tiny.inputs.shape[0]} examples x {tiny.inputs.shape[1]} targets, ln(V) 
 # The fit uses the pipeline's own optimizer, loss, clipping and update, at a constant learning rate.
 # The negative control is the **same run with the `missing-step` bug**: gradients computed, never applied.
 
-# %%
-STEPS = 100
+# %% tags=["demo"]
+STEPS = 50
 fits = {
     "reference": overfit_pipe(pipe, tiny, STEPS),
     "missing-step (negative control)": overfit_pipe(inject(pipe, "missing-step"), tiny, STEPS),
@@ -84,18 +84,18 @@ for name, losses in fits.items():
 # Now the same eight inputs with **shuffled labels**: every row gets another row's targets, so the
 # pairs are wrong, but consistent (the same input always has the same label).
 #
-# **Predict.** After the same 100 steps, what is the loss on the shuffled batch: near the lowest
+# **Predict.** After the same 50 steps, what is the loss on the shuffled batch: near the lowest
 # possible loss (as the reference above), near ln(V) (nothing learned), or in between? Write a number.
 
-# %%
-prediction = None  # your guess: the loss on shuffled labels after 100 steps (nats)
+# %% tags=["demo"]
+prediction = None  # your guess: the loss on shuffled labels after 50 steps (nats)
 
-# %%
+# %% tags=["demo"]
 from course.overfit import shuffled_labels, conflicting_labels
 
 shuffled = shuffled_labels(tiny, seed=1)
 fits["shuffled labels"] = overfit_pipe(pipe, shuffled, STEPS)
-reveal("shuffled labels: loss after 100 steps", prediction,
+reveal(f"shuffled labels: loss after {STEPS} steps", prediction,
        f"{fits['shuffled labels'][-1]:.4f} (lowest possible {fit_floor(shuffled):.4f}; ln V {math.log(V):.4f})")
 
 # %% [markdown]
@@ -103,22 +103,22 @@ reveal("shuffled labels: loss after 100 steps", prediction,
 # inputs carry two labels each. No model can tell the two copies apart.
 #
 # **Predict.** What is the lowest loss any model can reach on this batch, and where will the
-# loss be after 100 steps?
+# loss be after 50 steps?
 
-# %%
-prediction = None  # your guess: the loss on conflicting labels after 100 steps (nats)
+# %% tags=["demo"]
+prediction = None  # your guess: the loss on conflicting labels after 50 steps (nats)
 
-# %%
+# %% tags=["demo"]
 conflict = conflicting_labels(tiny, V)
 fits["conflicting labels"] = overfit_pipe(pipe, conflict, STEPS)
-reveal("conflicting labels: loss after 100 steps", prediction,
+reveal(f"conflicting labels: loss after {STEPS} steps", prediction,
        f"{fits['conflicting labels'][-1]:.4f} (lowest possible {fit_floor(conflict):.4f}; ln 2 = {math.log(2):.4f})")
 
 # %% [markdown]
 # The floor is ln 2 plus whatever the batch's own repeated prefixes add: each target is a coin flip
 # between two tokens, and the best prediction is one half each.
 
-# %%
+# %% tags=["demo"]
 fig, ax = plt.subplots(figsize=(7, 3.8))
 for name, losses in fits.items():
     ax.plot(losses, label=name)
@@ -145,10 +145,10 @@ plt.show()
 #
 # **Predict.** How many of the eight pass "loss < 0.05 within 35 steps"?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: how many of the 8 healthy runs pass the rule (0 to 8)
 
-# %%
+# %% tags=["demo"]
 import dataclasses
 from course.data import Batch
 from course.overfit import smoothed_cross_entropy
@@ -164,9 +164,13 @@ no_bug_runs = {
     "low capacity (d_model 8)": (pipe.replace(model=small_model), tiny),
     "conflicting labels": (pipe, conflict),
 }
+# the reference and the conflicting labels are the runs of the first section (same pipeline, batch and
+# seed): the rule reads their first 35 steps instead of training them again
+already_run = {"reference, LR 1e-2": fits["reference"], "conflicting labels": fits["conflicting labels"]}
 rule_results = {}
 for name, (p, b) in no_bug_runs.items():
-    rule_results[name] = overfit_rule(overfit_pipe(p, b, 35), threshold=0.05, steps=35)
+    losses = already_run[name] if name in already_run else overfit_pipe(p, b, 35)
+    rule_results[name] = overfit_rule(losses, threshold=0.05, steps=35)
     print(f"{name:>34}: {rule_results[name]}")
 reveal("healthy runs that pass the rule", prediction,
        f"{sum(r.passed for r in rule_results.values())} of {len(rule_results)}")
@@ -177,11 +181,13 @@ reveal("healthy runs that pass the rule", prediction,
 # knob you set for *your* model and data, compared with the lowest loss the batch allows, never as
 # proof of a defect. Explore it: the output below reruns one short overfit for each setting.
 
-# %%
+# %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 from course.overfit import rule_explorer
 
-explorer = rule_explorer(pipe, tiny_batch(batch_at(pipe, 0, 0), 16))
+# its first setting (8 examples, LR 1e-2, 35 steps) is the reference run of the first section: reuse it
+explorer = rule_explorer(pipe, tiny_batch(batch_at(pipe, 0, 0), 16),
+                         runs={(pipe.lr, 35, 8, tiny.inputs.shape[1]): fits["reference"][:36]})
 explorer
 
 # %% [markdown]
@@ -192,7 +198,7 @@ explorer
 # The loss still falls (every other tensor learns), so the curve hides it. One step and a comparison
 # by identity does not: `update_report` lists the tensors the optimizer does not hold.
 
-# %%
+# %% tags=["demo"]
 from course.checks import update_report
 from course.train import start, train_steps
 from course.grading import quiet
@@ -217,10 +223,10 @@ for name in ("reference", "embedding-not-in-optimizer"):
 #
 # **Predict.** With `zero_grad` forgotten, what is the ratio |second gradient| / |first gradient|?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: the ratio of the second gradient's norm to the first's
 
-# %%
+# %% tags=["demo"]
 def grad_after_two_backwards(p):
     model = p.build_model(0)
     opt = p.make_optimizer(model, p)
@@ -244,7 +250,7 @@ reveal("zero_grad forgotten: |second gradient| / |first|", prediction, f"{ratios
 # Gradient clipping can hide it: when the gradient is above the clip norm, clipping scales a doubled
 # gradient back to the same norm and the same direction. With the pipeline's clip at 1.0:
 
-# %%
+# %% tags=["demo"]
 from course.overfit import pipeline_step
 
 for name in ("reference", "zero-grad-forgotten"):
@@ -266,10 +272,10 @@ for name in ("reference", "zero-grad-forgotten"):
 # only hide an accumulating gradient; the fix at the right depth is the part that is broken: the
 # optimizer whose `zero_grad` does nothing is replaced by the reference one (`make_optimizer` back to
 # `course.pipeline.build_optimizer`). Then the same two detectors run again on the fixed pipeline:
-# the overfit of the first section (same batch, same 100 steps, against the same lowest possible
+# the overfit of the first section (same batch, same 50 steps, against the same lowest possible
 # loss plus 0.1) and the two-backwards ratio.
 
-# %%
+# %% tags=["demo"]
 from course.pipeline import build_optimizer
 
 broken = inject(pipe, "zero-grad-forgotten")
@@ -328,7 +334,7 @@ print("shapes matched (N,) (N,): slope %.3f, intercept %.3f  (true: 3, 0.5)" % f
 # at step 0: the loss at initialisation is nowhere near ln(V), and stacking the batch twice doubles a
 # sum where a mean would not move.
 
-# %%
+# %% tags=["demo"]
 def loss_and_twice(p):
     model = p.build_model(0)
     twice = Batch(torch.cat([tiny.inputs] * 2), torch.cat([tiny.targets] * 2), tiny.pad_id)
@@ -662,7 +668,7 @@ import course.data as _data
 from course.grading import captured_warnings, switched_off
 _cases = []
 for _tpl, _seed in ((Template(user=(0, 1), assistant=(2, 3)), 5), (Template(user=(9,), assistant=(8, 7, 6)), 6)):
-    _p = _sft.sft_pipeline(pipe, _tpl, min_len=6)
+    _p = _sft.sft_pipeline(pipe.replace(n_train=512), _tpl, min_len=6)  # a small training set: cheaper windows, same batches' shape
     _ex = examples_at(_p, _seed, 1)
     _cases.append((_ex, _tpl, batch_at(_p, _seed, 1)))
 for _ex, _tpl, _want in _cases:
@@ -724,7 +730,7 @@ _broken = {n: _gate_case(inject(sft, n), 0) for n in ("prompt-answer-mask-invert
 assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], lang.EOS), _healthy, _broken, what="mask gate", off=_GATE_OFF)
 ### BEGIN HIDDEN TESTS
 _tpl2 = Template(user=(5,), assistant=(6, 7, 8))
-_sft2 = sft_pipeline(pipe.replace(seq_len=20, model=dataclasses.replace(pipe.model, n_ctx=20)), _tpl2, min_len=5)
+_sft2 = sft_pipeline(pipe.replace(seq_len=20, model=dataclasses.replace(pipe.model, n_ctx=20), n_train=512), _tpl2, min_len=5)
 assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], lang.EOS),
                 {f"template 2, seed {s}": _gate_case(_sft2, s, _tpl2) for s in (3, 4)},
                 {n: _gate_case(inject(_sft2, n), 3, _tpl2) for n in ("prompt-answer-mask-inverted", "eos-masked")},
@@ -780,7 +786,7 @@ assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], 14), _healthy, _bro
 # The package's gate on the SFT pipeline and the two catalogue bugs, with the fraction of each part
 # of the sequence that is supervised:
 
-# %%
+# %% tags=["demo"]
 from course.sft import mask_gate as package_gate, MaskGateError
 
 for name in ("healthy", "prompt-answer-mask-inverted", "eos-masked"):
@@ -798,7 +804,7 @@ for name in ("healthy", "prompt-answer-mask-inverted", "eos-masked"):
 # norm depends on the number of parameters, on the loss's reduction and on the token count. The same
 # healthy model at initialisation, measured three ways:
 
-# %%
+# %% tags=["demo"]
 def global_grad_norm(model_cfg, reduction):
     model = pipe.replace(model=model_cfg).build_model(0)
     logits = model(tiny.inputs)
@@ -813,29 +819,30 @@ for d in (16, 48, 128):
 
 # %% [markdown]
 # So compare each layer with its own recent past instead. `record` trains the reference pipeline and
-# records per-layer statistics at every step; after step 80 the run's learning rate is raised 20-fold
-# (a config change mid-run), and the run continues for 40 steps.
+# records per-layer statistics at every step; after step 30 the run's learning rate is raised 20-fold
+# (a config change mid-run), and the run continues for 15 steps.
 
-# %%
+# %% tags=["demo"]
 from course.telemetry import record, robust_z
 
-run, tel_before = record(pipe, 80, seed=0, progress=True)
+BEFORE, AFTER = 30, 15  # steps at the pipeline's LR, then at 20x
+run, tel_before = record(pipe, BEFORE, seed=0, progress=True)
 base_model = copy.deepcopy(run.model)  # kept for the adapter section below
 run.scheduler.base_lrs = [20 * lr for lr in run.scheduler.base_lrs]
-run, tel_after = record(pipe, 40, run=run, progress=True)
+run, tel_after = record(pipe, AFTER, run=run, progress=True)
 names = tel_before.names
 rel = torch.cat([tel_before.table("rel_update"), tel_after.table("rel_update")])
 z = robust_z(rel)
 print(f"{len(names)} layers x {rel.shape[0]} steps recorded")
 
-# %%
+# %% tags=["demo"]
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
 im0 = axes[0].imshow(rel.log10().clamp(-4, 0).T, aspect="auto", cmap="viridis")  # zero-init biases: huge at step 0
 axes[0].set_title("log10 relative update per layer (clipped to [-4, 0])")
 im1 = axes[1].imshow(z.abs().clamp(max=50).T, aspect="auto", cmap="magma")
 axes[1].set_title("|robust z| against the layer's last 20 steps")
 for ax, im in zip(axes, (im0, im1)):
-    ax.axvline(80, color="white", linestyle="--")
+    ax.axvline(BEFORE, color="white", linestyle="--")
     ax.set_xlabel("step (dashed: LR raised 20x)")
     fig.colorbar(im, ax=ax)
 axes[0].set_yticks(range(len(names)), names, fontsize=6)
@@ -843,11 +850,12 @@ axes[0].set_ylabel("parameter tensor")
 plt.show()
 
 # %% [markdown]
-# The negative control is the first 80 steps of the same run: the largest score there, against the
+# The negative control is the first 30 steps of the same run: the largest score there, against the
 # largest after the change (the threshold is a knob, here 15):
 
-# %%
-print(f"max |z| steps 0-79 (healthy): {z[:80].abs().max():.1f}; steps 80-119 (LR x20): {z[80:].abs().max():.1f}")
+# %% tags=["demo"]
+print(f"max |z| steps 0-{BEFORE - 1} (healthy): {z[:BEFORE].abs().max():.1f}; "
+      f"steps {BEFORE}-{BEFORE + AFTER - 1} (LR x20): {z[BEFORE:].abs().max():.1f}")
 flagged = [(s, names[l]) for s, l in (z.abs() > 15).nonzero().tolist()]
 print(f"cells above 15: {len(flagged)}, first at step {min(s for s, _ in flagged) if flagged else None}")
 print(f"layers flagged: {len({n for _, n in flagged})} of {len(names)}")
@@ -855,12 +863,12 @@ print(f"layers flagged: {len({n for _, n in flagged})} of {len(names)}")
 # %% [markdown]
 # ## An adapter on a frozen base
 #
-# Take the model trained for 80 steps above as the base. `add_lora` wraps linear layers in a
+# Take the model trained for 30 steps above as the base. `add_lora` wraps linear layers in a
 # low-rank update `B @ A` (rank 4) and freezes every base tensor. `B` starts at zero, so the adapted
 # model starts exactly where the base is; and because `A`'s gradient passes through `B`, **`A`
 # gets an exactly zero gradient at the first step**, while `B` gets a nonzero one.
 
-# %%
+# %% tags=["demo"]
 from course.adapters import add_lora, linear_names, base_snapshot, changed_base_tensors
 
 def adapted(freeze=True):
@@ -883,10 +891,10 @@ print(f"{len(a_grads)} adapters; largest |grad A| {max(a_grads)}, smallest large
 # **Predict.** One step of `torch.optim.AdamW(adapter_params, lr=1e-2)`, every other setting at its
 # default. Does `A` change (`True` / `False`)?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: True if A changes at the first AdamW step, False if it stays bit-identical
 
-# %%
+# %% tags=["demo"]
 def a_after_first_step(**adamw_settings):
     m, params = adapted()
     A = params[0]
@@ -915,7 +923,7 @@ print(f"with weight_decay {wd}: largest |grad A| {grad_a}, A unchanged bit for b
 # bit for bit. The negative control forgets to freeze the base (and hands every parameter to the
 # optimizer): the same comparison must then find changed tensors.
 
-# %%
+# %% tags=["demo"]
 from course.overfit import overfit, plain_step
 
 model.zero_grad(set_to_none=True)
@@ -935,17 +943,17 @@ print(f"negative control (base not frozen), tensors changed: {len(changed_base_t
 # this notebook on **copies** of your model and optimizer, and reports what each pass can and cannot
 # prove. `preflight_pipeline(pipe)` does it for a course pipeline. On the reference:
 
-# %%
+# %% tags=["demo"]
 from course.preflight import preflight_pipeline
 
-healthy_report = preflight_pipeline(pipe, overfit_steps=60)
+healthy_report = preflight_pipeline(pipe, overfit_steps=STEPS)
 print(healthy_report.explain())
 
 # %% [markdown]
 # Your detector of Exercise 1 is a hand-made version of this report. As a cross-check once you have
 # answered: the report on the mystery pipeline (which checks fail, not which bug it is):
 
-# %%
+# %% tags=["demo"]
 print(preflight_pipeline(mystery_pipe, overfit_steps=40))
 
 # %% [markdown]
