@@ -1,15 +1,19 @@
 """Two data-parallel ranks with real ``torch.distributed`` (gloo, two processes on this machine).
 
-``run_ranks`` starts ``world`` processes with ``torch.multiprocessing`` (start method ``spawn``, so
-it works from a notebook: the worker is this module's ``_worker``, importable by the children),
-joined over TCP on 127.0.0.1 at a free port. Each rank builds the same model from the same seed,
-trains on its half of every batch, averages gradients with ``all_reduce`` (what DDP does), clips and
-steps. A *skip* ``(rank, step)`` makes that rank leave out its optimizer update at that step, the way
-a rank-local decision (a local spike alert, a local "skip this batch" rule) would. After every step
-each rank computes a parameter checksum and all-reduces it with MAX and MIN: the two results are
-equal exactly when every rank computed the same checksum. Different checksums prove the replicas
-differ; equal ones do not prove they agree (see below). Every rank also saves its parameters per
-step, so the checksum's verdict can be checked against a direct comparison.
+``run_ranks`` starts ``world`` processes with ``torch.multiprocessing`` (start method
+``forkserver``, so it works from a notebook: the worker is this module's ``_worker``, importable by
+the children), joined over TCP on 127.0.0.1 at a free port. The fork server is a fresh Python
+process that imports torch (and what an optimizer's first use imports) once, when the first call
+needs it or when ``start_fork_server`` asks for it earlier; every rank of every later call is forked
+from it, so a call does not pay for importing torch in each child (``spawn`` would, on every call).
+Each rank builds the same model from the same seed, trains on its half of every batch, averages
+gradients with ``all_reduce`` (what DDP does), clips and steps. A *skip* ``(rank, step)`` makes that
+rank leave out its optimizer update at that step, the way a rank-local decision (a local spike
+alert, a local "skip this batch" rule) would. After every step each rank computes a parameter
+checksum and all-reduces it with MAX and MIN: the two results are equal exactly when every rank
+computed the same checksum. Different checksums prove the replicas differ; equal ones do not prove
+they agree (see below). Every rank also saves its parameters per step, so the checksum's verdict can
+be checked against a direct comparison.
 
 The checksum is two float64 numbers, the plain sum and a sum weighted by a fixed pseudo-random weight
 per position (so moving a value to another position changes it). It detects disagreement; it
@@ -72,6 +76,21 @@ def replicas_agree(model: torch.nn.Module) -> bool:
     return bool(torch.equal(hi, lo))
 
 
+_PRELOAD = ["course.distributed", "torch.distributed", "torch._dynamo"]
+
+
+def start_fork_server() -> None:
+    """Start the fork server the ranks are forked from, if it is not running: it returns at once and
+    the server imports torch in the background (a notebook calls it early so that the import overlaps
+    other work). The server preloads this module, ``torch.distributed`` and ``torch._dynamo``
+    (imported lazily by an optimizer's first use); the preload list only matters when the server
+    starts, so setting it again while one runs changes nothing."""
+    import multiprocessing.forkserver as forkserver
+
+    forkserver.set_forkserver_preload(_PRELOAD)
+    forkserver.ensure_running()
+
+
 def _pipe():
     from .replay import SPIKE_PIPE
 
@@ -113,6 +132,13 @@ def _train_scenarios(rank, world, scenarios, steps, fail, seed):
     return results
 
 
+def _write_error(folder: Path, rank: int, err: BaseException) -> None:
+    """``rank<r>.error``: the system-wide monotonic clock in ns when the error was caught, then the
+    error's one-line summary (the clock orders the ranks' failures; file times are too coarse)."""
+    summary = f"{type(err).__name__}: {err}".splitlines()[0]
+    (folder / f"rank{rank}.error").write_text(f"{time.monotonic_ns()} {summary}")
+
+
 def _worker(rank, world, port, folder, scenarios, steps, fail, timeout_s, seed):
     """One rank's process. Its stdout/stderr go to ``rank<r>.log``; its results to ``rank<r>.pt``; an
     exception's one-line summary to ``rank<r>.error``, then the process exits with code 1."""
@@ -132,13 +158,19 @@ def _worker(rank, world, port, folder, scenarios, steps, fail, timeout_s, seed):
             results = _train_scenarios(rank, world, scenarios, steps, fail, seed)
             torch.save(results, folder / f"rank{rank}.pt")
             code = 0
+        except BaseException as err:
+            # written before the process group is torn down (which resets the peers' connections),
+            # so the first rank to fail writes its error first
+            _write_error(folder, rank, err)
+            raise
         finally:
             dist.destroy_process_group()
     except BaseException as err:  # noqa: BLE001 - reported to the parent, then the process ends
         import traceback
 
         traceback.print_exc()
-        (folder / f"rank{rank}.error").write_text(f"{type(err).__name__}: {err}".splitlines()[0])
+        if not (folder / f"rank{rank}.error").exists():
+            _write_error(folder, rank, err)
     print(f"rank {rank} ends with code {code} at {time.time():.2f}", flush=True)
     # os._exit skips the interpreter's teardown of torch (seconds on a busy machine) and makes a
     # failing rank release its sockets at once, so its peers' collectives fail fast.
@@ -177,8 +209,9 @@ def run_ranks(scenarios: dict[str, list[tuple[int, int]]], steps: int = 6, fail:
     level = spawn_log.level
     spawn_log.setLevel(logging.ERROR)
     folder = tempfile.mkdtemp(prefix="ranks-")
+    start_fork_server()
     ctx = mp.start_processes(_worker, args=(WORLD, free_port(), folder, scenarios, steps, fail, timeout_s, seed),
-                             nprocs=WORLD, join=False, start_method="spawn")
+                             nprocs=WORLD, join=False, start_method="forkserver")
     pids = [p.pid for p in ctx.processes]
     end = time.monotonic() + deadline_s
     try:
@@ -189,15 +222,27 @@ def run_ranks(scenarios: dict[str, list[tuple[int, int]]], steps: int = 6, fail:
         last = str(err).strip().splitlines()[-1]
         raise RankFailed(f"rank {err.error_index} failed: {last}", pids) from None
     except mp.ProcessExitedException as err:
-        why = Path(folder) / f"rank{err.error_index}.error"
-        detail = why.read_text() if why.exists() else f"exited with code {err.exit_code}"
-        raise RankFailed(f"rank {err.error_index} failed: {detail} (logs in {folder})", pids) from None
+        exited = err
+    else:
+        exited = None
     finally:
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
             p.join()
         spawn_log.setLevel(level)
+    if exited is not None:
+        # When one rank fails, its peer fails next in a collective (connection reset); both can exit
+        # before the parent looks. Name the rank that failed first: the one whose error was caught
+        # first by the monotonic clock (a rank records its error before tearing down its
+        # connections, so a peer's error, caused by that teardown, is always recorded later).
+        errors = sorted((int(when), int(f.stem[4:]), detail) for f in Path(folder).glob("rank*.error")
+                        for when, detail in [f.read_text().split(" ", 1)])
+        if errors:
+            _, rank, detail = errors[0]
+        else:
+            rank, detail = exited.error_index, f"exited with code {exited.exit_code}"
+        raise RankFailed(f"rank {rank} failed: {detail} (logs in {folder})", pids)
     per_rank = [torch.load(Path(folder) / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     out = {}
     for name in scenarios:

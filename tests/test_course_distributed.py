@@ -2,8 +2,9 @@
 not), two real gloo ranks agree until one skips an update, the all-reduce verdict matches a direct
 comparison of the parameters, and a failing or slow rank ends the call promptly with no child left.
 
-Each ``run_ranks`` call starts two Python processes (about 5 s on an idle 2-core machine, mostly
-importing torch twice); the file makes three such calls.
+Each ``run_ranks`` call starts two Python processes, forked from a fork server that imports torch
+once, at the first call (a few seconds on an idle 2-core machine); later calls fork in well under a
+second. The file makes four such calls.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def test_a_rank_that_raises_ends_the_call_promptly_with_its_name_and_no_orphans(
 def test_ranks_past_the_deadline_are_killed():
     t0 = time.monotonic()
     with pytest.raises(RankFailed, match="not done after") as info:
-        run_ranks({"slow": []}, steps=6, deadline_s=0.5)
+        # ranks forked from a warm fork server start in milliseconds: enough steps that they cannot finish
+        run_ranks({"slow": []}, steps=100, deadline_s=0.1)
     assert time.monotonic() - t0 < 30
     assert all(_gone(p) for p in info.value.pids)

@@ -42,26 +42,37 @@ from course.record import reveal
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 
+from course.distributed import start_fork_server
+
+start_fork_server()  # the two-process demos below fork their ranks from it; it loads torch in the background now
+
 # %% [markdown]
 # ## The symptom
 #
 # A small version of the reference recipe (one layer, 16-token windows, `course.replay.SPIKE_PIPE`)
-# trains for 360 steps, twice: once on the reference data stream, once on a stream drawn from the bug
-# catalogue. The loop saves a checkpoint every 50 steps, and a `StepLog` records per step what the
+# trains for 360 steps, twice: once on a stream drawn from the bug catalogue, once on the reference data
+# stream. The loop saves a checkpoint every 50 steps, and a `StepLog` records per step what the
 # history does not: the data index of the batch, Adam's state, and how much one token dominates the batch.
+# Training is deterministic, and the two streams agree up to the first batch the bug changes, so the
+# two runs are the same run until then: the reference run resumes the last checkpoint before that
+# batch and trains only the remaining steps on the reference stream.
 
 # %%
 import tempfile
 
 from course.bugs import inject
-from course.replay import SPIKE_PIPE, StepLog, train_with_checkpoints
+from course.replay import SPIKE_PIPE, StepLog, checkpoint_path, last_good, train_with_checkpoints
+from course.train import batch_at, resume, train_steps
 
 pipe = inject(SPIKE_PIPE, "corrupted-shard")
 lang = pipe.language()
 folder = tempfile.mkdtemp(prefix="ckpt-04-")
 log = StepLog()
 run = train_with_checkpoints(pipe, 360, folder, every=50, log=log, eval_every=20, progress=True)
-reference = train_with_checkpoints(SPIKE_PIPE, 360, tempfile.mkdtemp(), every=1000, eval_every=20, progress=True)
+differs = next(i for i in range(360) if not all(
+    torch.equal(getattr(batch_at(pipe, run.seed, i), f), getattr(batch_at(SPIKE_PIPE, run.seed, i), f)) for f in ("inputs", "targets")))
+reference = resume(SPIKE_PIPE, checkpoint_path(folder, last_good(folder, differs)))  # the same run until then
+_ = train_steps(reference, 360 - reference.step, eval_every=20, progress=True)
 
 # %% [markdown]
 # Where does the loss first jump above twice its recent median?
@@ -77,7 +88,7 @@ print(f"reference run at the same step: {reference.history['loss'][spike]:.3f}")
 print(f"held-out loss at step 300 / 320 / 360: " + " / ".join(
     f"{l:.3f}" for s, l in zip(run.val['step'], run.val['loss']) if s in (300, 320, 360)))
 
-# %%
+# %% tags=["demo"]
 from course.plots import loss_plot
 
 ax = loss_plot({"run with the spike": loss, "reference data stream": reference.history["loss"]},
@@ -102,10 +113,10 @@ plt.show()
 # the run spike again (at least 1.5 x the median loss of the 20 steps before the spike)? And fed
 # *different* indices from the same state?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: a pair (same batches spike again?, different batches spike?), e.g. (True, False)
 
-# %%
+# %% tags=["demo"]
 from course.replay import last_good, replay
 
 good = last_good(folder, spike)
@@ -126,7 +137,7 @@ reveal("from the last good checkpoint: (same batches spike again?, different bat
 # *earlier* checkpoint did not spike. Does the state matter here? Feed the same eight batches to the
 # checkpoint of step 50 instead, by skipping the data cursor forward to them.
 
-# %%
+# %% tags=["demo"]
 from course.bugs_spike import SHARD_START
 
 early = replay(pipe, folder, 50, steps=20, skip=SHARD_START - 50)
@@ -144,7 +155,7 @@ print(f"the shard met at step 50: first loss {early.history['loss'][50]:.3f}, "
 # What else moved at the spike? The learning rate the optimizer used, the gradient norm *before*
 # clipping, Adam's state, and what is in the batch, aligned with the loss:
 
-# %%
+# %% tags=["demo"]
 steps = run.history["step"]
 panels = [
     ("training loss", loss, "linear"),
@@ -436,7 +447,7 @@ if True:
 # Your `observe` on the recorded runs: the run with the spike, and the reference run as the negative
 # control.
 
-# %%
+# %% tags=["demo"]
 from course.alerts import replay_alerts
 
 for name, r in (("run with the spike", run), ("reference", reference)):
@@ -450,7 +461,7 @@ for name, r in (("run with the spike", run), ("reference", reference)):
 # recorded run: a low loss ratio or a short window makes the policy chatter, a long cooldown hides the
 # second spike (the one where ordinary data returns). The plot and the list below it change with every move.
 
-# %%
+# %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 from IPython.display import display
 
@@ -472,7 +483,7 @@ display(box)
 # Scaled down here: rewind to the checkpoint 50 steps before the spike and skip the next 80 batches,
 # with the skip written to a log.
 
-# %%
+# %% tags=["demo"]
 from course.replay import rewind_and_skip
 
 contained, skips = rewind_and_skip(pipe, folder, spike, rewind=50, n_skip=80, steps=110)
@@ -482,7 +493,7 @@ after = contained.history["loss"][skips[0].at_step:]
 print(f"after the rewind: max loss {max(after):.3f}; the original run's max after step {skips[0].at_step}: "
       f"{max(loss[skips[0].at_step:]):.3f}")
 
-# %%
+# %% tags=["demo"]
 ax = loss_plot({"run with the spike": loss, f"rewound to step {skips[0].at_step}, {skips[0].n} batches skipped": contained.history["loss"]},
                lang.baselines(pipe.seq_len), title="Rewind and skip: the same run past the same steps")
 ax.axvline(spike, color="tab:red", linestyle="--", linewidth=1)
@@ -494,14 +505,14 @@ plt.show()
 # train on the same data as the original run, only without the 8 corrupted batches? Or how many ordinary
 # batches that the original run trained on does it never see?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: the number of ordinary (not corrupted) batches the original run saw and the skipped run never does
 
 # %% [markdown]
 # Compare the data the two runs saw from the rewind to the end: which data indices, how many windows of
 # one repeated token, and a digest of every input token.
 
-# %%
+# %% tags=["demo"]
 from course.bugs_spike import REPEATED_TOKEN, is_corrupted
 from course.replay import data_digest, token_counts
 
@@ -537,7 +548,7 @@ reveal("ordinary batches the original run saw and the skipped run never does", p
 # The check: no token may fill more than half of a batch's inputs. The correlation panel above shows
 # what ordinary batches look like on this statistic.
 
-# %%
+# %% tags=["demo"]
 from course.replay import Quarantine, checkpoint_path
 from course.train import resume, train_steps
 
@@ -562,12 +573,12 @@ print(f"the fixed run from step {good}: max loss {max(fixed.history['loss'][good
 # Now the same detector that saw the spike: your `observe`, with the same default policy, over the
 # whole recorded run (the 300 steps before the checkpoint and the 60 after it), beside the original.
 
-# %%
+# %% tags=["demo"]
 for name, r in (("original run", run), ("fixed data stream", fixed)):
     alerts = replay_alerts(AlertPolicy(), r.history, r.val, observe=observe)
     print(f"{name}: {len(alerts)} alerts {[str(a) for a in alerts]}")
 
-# %%
+# %% tags=["demo"]
 ax = loss_plot({"run with the spike": loss, "resumed at step 300 on the quarantined stream": fixed.history["loss"]},
                lang.baselines(pipe.seq_len), title="The fix: the corrupted shard removed from the data stream")
 ax.axvline(spike, color="tab:red", linestyle="--", linewidth=1)
@@ -597,10 +608,10 @@ plt.show()
 # the replicas come back together by step 5, stay exactly as far apart as after the skip, or drift
 # further apart?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: "together", "same distance" or "further apart"
 
-# %%
+# %% tags=["demo"]
 from course.distributed import run_ranks
 
 replicas = run_ranks({"both ranks step": [], "rank 1 skips step 3": [(1, 3)]}, steps=6)
@@ -626,7 +637,7 @@ print("checksum verdict equals the direct comparison at every step, in both scen
 # weights at evenly spaced positions by +a, -a, -a, +a (the position weights of such a group add up
 # the same on both sides, so both sums can come out unchanged, to the last bit).
 
-# %%
+# %% tags=["demo"]
 from course.distributed import checksum
 
 model = SPIKE_PIPE.build_model(0)
@@ -653,7 +664,7 @@ print(f"positions {i}, {i + 8}, {i + 16}, {i + 24} changed by +-{2 ** -6}: large
 # sets a timeout on the process group, destroys it in `finally`, watches the children, and raises an
 # error naming the rank as soon as one fails, after every child has exited:
 
-# %%
+# %% tags=["demo"]
 import os
 import time
 
