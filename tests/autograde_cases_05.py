@@ -49,7 +49,7 @@ _DETECT_ALT = """def detect(pipe):
     f = overlap.audit(tw, valgap.fresh(pipe).windows("val"))
     leak = (a.near - f.near) > 0.2 or (a.exact - f.exact) > 0.2
     fresh_loss = valgap.reference_loss(run.model, valgap.fresh(pipe), "val")
-    overfit = fresh_loss - valgap.seen_loss(run, k=4) > 0.5
+    overfit = fresh_loss - valgap.seen_loss(run, k=4) > 0.25
     shifted = valgap.reference_loss(run.model, pipe, "val") - fresh_loss > 0.08
     return bool(eval_bug or leak or overfit or shifted)
 """
@@ -84,7 +84,7 @@ _NAME_ALT = """def name_cause(pipe):
     seen = valgap.seen_loss(run, k=4)
     fresh_loss = valgap.reference_loss(run.model, valgap.fresh(pipe), "val")
     val = valgap.reference_loss(run.model, pipe, "val")
-    gaps = {"overfitting": fresh_loss - seen - 0.4, "shift": val - fresh_loss - 0.08}
+    gaps = {"overfitting": fresh_loss - seen - 0.25, "shift": val - fresh_loss - 0.08}
     worst = max(gaps, key=gaps.get)
     return worst if gaps[worst] > 0 else "healthy"
 """

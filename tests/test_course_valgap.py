@@ -166,7 +166,7 @@ def test_seen_loss_scores_the_batches_trained_on_not_the_settings_training_set()
     windows score like fresh ones; the batches it trained on do not."""
     from course import mystery
 
-    base = DROP.replace(n_train=2048, n_val=256, steps=60)
+    base = DROP.replace(n_train=2048, n_val=256, steps=45)
     run = valgap.trained(mystery.make("train-set-too-small", 0, base))
     seen = valgap.seen_loss(run)
     probe = valgap.reference_loss(run.model, valgap.training_probe(run.pipe), "val")
@@ -179,7 +179,7 @@ def test_problems_is_quiet_on_healthy_draws_and_names_each_broken_one():
     """The grader's check of a fix (notebook 05): negative controls and one draw of each bug."""
     from course import mystery
 
-    base = DROP.replace(n_train=2048, n_val=256, steps=60)
+    base = DROP.replace(n_train=2048, n_val=256, steps=45)
     expected = {"healthy": None, "eval-label-smoothing": "eval path", "eval-loss-per-sequence": "eval path",
                 "dropout-left-on-in-eval": "eval path", "train-set-too-small": "overfitting",
                 "val-from-another-source": "shift", "val-mixes-another-source": "shift",

@@ -33,7 +33,7 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # %% [markdown]
 # ## The symptom, four times
 #
-# A small version of the course pipeline (one layer, 16-token windows, 200 steps) so that every run
+# A small version of the course pipeline (one layer, 16-token windows, 150 steps) so that every run
 # here takes a second or two. The healthy run has 4096 training windows. Three broken variants from
 # the catalogue: a training set of four batches (`train-set-too-small`), validation drawn from another
 # Markov chain (`val-from-another-source`), and a validation loss with label smoothing that training
@@ -47,7 +47,7 @@ from course.train import evaluate
 from course import valgap, overlap
 
 BASE = Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
-                          n_train=4096, n_val=256, batch_size=16, steps=200, lr=3e-2, warmup=10)
+                          n_train=4096, n_val=256, batch_size=16, steps=150, lr=3e-2, warmup=10)
 lang = BASE.language()
 floor = lang.loss_floor(BASE.seq_len)
 print(f"window floor for {BASE.seq_len}-token windows: {floor:.4f} nats (the best average over fresh windows); "
@@ -57,8 +57,8 @@ shift_pipe = inject(BASE, "val-from-another-source")
 evalbug_pipe = inject(BASE, "eval-label-smoothing")
 overfit_pipe = inject(BASE, "train-set-too-small")
 healthy_run, shared_curves = valgap.curves(BASE, {"healthy": BASE, "shift": shift_pipe, "eval bug": evalbug_pipe},
-                                           steps=200, every=25, progress=True)
-overfit_run, overfit_curves = valgap.curves(overfit_pipe, {"overfitting": overfit_pipe}, steps=200, every=25, progress=True)
+                                           steps=BASE.steps, every=25, seed=1, progress=True)
+overfit_run, overfit_curves = valgap.curves(overfit_pipe, {"overfitting": overfit_pipe}, steps=BASE.steps, every=25, progress=True)
 print(f"training windows: healthy {BASE.n_train}, too small {overfit_pipe.n_train}")
 
 # %% [markdown]
@@ -67,7 +67,7 @@ print(f"training windows: healthy {BASE.n_train}, too small {overfit_pipe.n_trai
 # average* over fresh windows (the first target has one token of context, so it sits a little above
 # the entropy rate).
 
-# %%
+# %% tags=["demo"]
 panels = {"healthy": shared_curves, "overfitting": overfit_curves, "shift": shared_curves, "eval bug": shared_curves}
 fig, axes = plt.subplots(1, 4, figsize=(13, 3.2), sharey=True)
 for ax, (name, c) in zip(axes, panels.items()):
@@ -82,7 +82,7 @@ axes[0].legend(fontsize=8)
 fig.suptitle("Train improves, validation does not: four runs")
 plt.show()
 
-# %%
+# %% tags=["demo"]
 for name, c in panels.items():
     print(f"{name:>12}: train {c['train'][-1]:.3f}, validation {c[name][-1]:.3f}, gap {c[name][-1] - c['train'][-1]:+.3f}")
 
@@ -104,7 +104,7 @@ for name, c in panels.items():
 # twice and once with `valgap.reference_loss` (`model.eval()`, mean cross-entropy over scored targets,
 # the same batches). A healthy eval path gives the same number, bit for bit.
 
-# %%
+# %% tags=["demo"]
 checks = {"healthy": (healthy_run.model, BASE), "overfitting": (overfit_run.model, overfit_pipe),
           "shift": (healthy_run.model, shift_pipe), "eval bug": (healthy_run.model, evalbug_pipe)}
 for name, (model, p) in checks.items():
@@ -141,21 +141,21 @@ print("F.dropout(x, 0.5) after .eval():    ", functional_out.tolist())
 reveal("outputs F.dropout still changes after .eval()", prediction, int((functional_out != 1).sum()))
 
 # %% [markdown]
-# Now a model with dropout 0.1 (trained once), evaluated three ways: the healthy eval path, an eval
-# path that forgets `model.eval()` (`dropout-left-on-in-eval`), and the same weights in a model whose
-# dropout is written as `F.dropout` (`functional-dropout-ignores-eval`: training is bit-identical,
-# since both draw the same random masks).
+# Now a model with dropout 0.1 (trained once, for 200 steps), evaluated three ways: the healthy eval
+# path, an eval path that forgets `model.eval()` (`dropout-left-on-in-eval`), and the same weights in
+# a model whose dropout is written as `F.dropout` (`functional-dropout-ignores-eval`: training is
+# bit-identical, since both draw the same random masks).
 #
 # **Predict.** The eval path that forgets `model.eval()` scores the same training windows as the
 # reference: will its number be `"higher"`, `"lower"` or `"the same"`?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: "higher", "lower" or "the same" than the reference
 
-# %%
+# %% tags=["demo"]
 from course.train import train
 
-DROP = BASE.replace(model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1))
+DROP = BASE.replace(model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1), steps=200)
 drop_run = train(DROP, eval_every=0, progress=True)
 functional = inject(DROP, "functional-dropout-ignores-eval")
 functional_model = functional.build_model(0)
@@ -179,7 +179,7 @@ reveal("model.eval() forgotten, against the reference", prediction,
 # training is measured *with* dropout on, so a healthy model with dropout scores its own training data
 # better in eval mode than its training log says:
 
-# %%
+# %% tags=["demo"]
 logged = sum(drop_run.history["loss"][-20:]) / 20
 print(f"logged training loss (train mode, last 20 steps): {logged:.4f}")
 print(f"same weights, eval mode, training windows:        {valgap.reference_loss(drop_run.model, valgap.training_probe(DROP), 'val'):.4f}")
@@ -197,7 +197,7 @@ print(f"same weights, eval mode, validation windows:      {evaluate(drop_run.mod
 # run actually trained on: `valgap.seen_loss(run)` scores the last 8 batches of the run's own batch
 # stream with the reference loss, whatever the pipeline's settings say its training set is.
 
-# %%
+# %% tags=["demo"]
 def fresh_sample_test(run, val_pipe):
     """(seen, fresh, validation): reference losses on the batches trained on, on fresh windows of the
     training source, and on val_pipe's validation split."""
@@ -215,14 +215,17 @@ for name, (run, p) in runs.items():
 #
 # The overfitting run's cause is its training set of four batches (a subset flag left on). Dropout,
 # weight decay or early stopping would shrink the gap and leave the cause in place; the fix at the
-# right depth is to train on the whole training set. Re-run it on a fresh seed and measure it with the
-# same fresh-sample test that saw the gap. The eval bug closes the same way: put back the training
+# right depth is to train on the whole training set. That fixed pipeline is the healthy pipeline
+# itself, and the healthy run at the top trained it on a fresh seed (seed 1; the broken run used
+# seed 0): that run is the re-run, so there is nothing to train again. Measure it with the same
+# fresh-sample test that saw the gap. The eval bug closes the same way: put back the training
 # loss in the eval path and repeat the like-with-like check (no retraining needed, it is the same
 # model).
 
-# %%
+# %% tags=["demo"]
 fixed_pipe = overfit_pipe.replace(n_train=BASE.n_train)
-fixed_run = train(fixed_pipe, seed=1, eval_every=0)
+assert fixed_pipe.replace(bugs=()) == BASE  # the healthy pipeline, part for part (`bugs` only records the injection)
+fixed_run = healthy_run  # BASE trained on seed 1 above: the re-run of the fixed pipeline on a fresh seed
 for name, run in {"before the fix": overfit_run, "after the fix": fixed_run}.items():
     seen, new, val = fresh_sample_test(run, run.pipe)
     print(f"{name:>15}: {run.pipe.n_train} training windows, seen {seen:.3f}, fresh {new:.3f}, fresh - seen {new - seen:+.3f}")
@@ -235,20 +238,20 @@ for name, p in {"eval bug": evalbug_pipe, "eval bug fixed": evalbug_fixed}.items
 # %% [markdown]
 # ## Explore: how small must the training set be?
 #
-# The gap from overfitting grows with how often each window is seen: 200 steps of 16 windows are 3200
-# window presentations, about 50 per window at 64 windows and under one at 4096. Two more sizes are
+# The gap from overfitting grows with how often each window is seen: 150 steps of 16 windows are 2400
+# window presentations, about 38 per window at 64 windows and under one at 4096. Two more sizes are
 # trained here; the slider shows each run's curves (precomputed, so moving it costs nothing).
 
-# %%
+# %% tags=["demo"]
 size_curves = {64: {"train": overfit_curves["train"], "validation": overfit_curves["overfitting"], "step": overfit_curves["step"]},
                4096: {"train": shared_curves["train"], "validation": shared_curves["healthy"], "step": shared_curves["step"]}}
 for n in (256, 1024):
     p = BASE.replace(n_train=n)
-    _, c = valgap.curves(p, {"validation": p}, steps=200, every=25, progress=True)
+    _, c = valgap.curves(p, {"validation": p}, steps=BASE.steps, every=25, progress=True)
     size_curves[n] = c
 size_curves = dict(sorted(size_curves.items()))
 
-# %%
+# %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 explorer = valgap.gap_explorer(size_curves, floor, steps_times_batch=BASE.steps * BASE.batch_size)
 explorer
@@ -261,7 +264,7 @@ explorer
 # training window). A low-entropy source repeats short stretches by chance, so the audit of a healthy
 # split is the negative control, and so is the audit of fresh windows:
 
-# %%
+# %% tags=["demo"]
 train_windows = BASE.windows("train")
 for name, p in {"healthy split": BASE, "fresh windows": valgap.fresh(BASE),
                 "val-overlaps-train": inject(BASE, "val-overlaps-train"),
@@ -324,10 +327,10 @@ with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max
 # **Predict.** As the copied share grows from 0% to 100%, does this model's validation loss go
 # `"up"`, `"down"` or stay `"flat"`?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: "up", "down" or "flat"
 
-# %%
+# %% tags=["demo"]
 leaked_share = [0.0, 0.25, 0.5, 0.75, 1.0]
 small_val = overfit_pipe.replace(n_val=64)
 leaked_loss = [evaluate(overfit_run.model, small_val.replace(val_source=valgap.TrainCopies(f))) for f in leaked_share]
@@ -336,7 +339,7 @@ for f, loss in zip(leaked_share, leaked_loss):
 reveal("validation loss as the copied share grows", prediction,
        "down" if leaked_loss[-1] < leaked_loss[0] - 0.1 else "up" if leaked_loss[-1] > leaked_loss[0] + 0.1 else "flat")
 
-# %%
+# %% tags=["demo"]
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot([100 * f for f in leaked_share], leaked_loss, "o-", label="validation loss, same model")
 ax.axhline(floor, color="grey", linestyle=":", label="window floor")
@@ -353,7 +356,7 @@ plt.show()
 # chain's loss **on the same windows**, in standard errors over windows (`valgap.chain_loss`,
 # `valgap.margin`):
 
-# %%
+# %% tags=["demo"]
 for f in (0.0, 1.0):
     val_windows = small_val.replace(val_source=valgap.TrainCopies(f)).windows("val")
     model_w = valgap.window_losses(overfit_run.model, val_windows, lang.PAD)
@@ -369,7 +372,7 @@ for f in (0.0, 1.0):
 # run), copies score like fresh windows and the loss barely moves, which is why the audit, not the
 # loss, is the test for leakage:
 
-# %%
+# %% tags=["demo"]
 leaky = inject(BASE, "val-overlaps-train")
 print(f"healthy model: validation {evaluate(healthy_run.model, BASE):.3f}, half copied {evaluate(healthy_run.model, leaky):.3f}")
 
@@ -439,7 +442,7 @@ _ = _check_group_split(torch.tensor([2, 5]), 0.9, 0)
 # %% [markdown]
 # The same documents, split by document:
 
-# %%
+# %% tags=["demo"]
 tr_idx, va_idx = group_split(doc_ids, 0.2, seed=0)
 print("group split:        ", overlap.audit(windows[tr_idx], windows[va_idx]))
 
@@ -457,10 +460,10 @@ print("group split:        ", overlap.audit(windows[tr_idx], windows[va_idx]))
 # **Predict.** With 4096 training windows, will the table fitted on train + validation score the
 # 64 validation windows `"lower"`, `"higher"` or `"the same"` as the table fitted on train alone?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: "lower", "higher" or "the same"
 
-# %%
+# %% tags=["demo"]
 small_val_windows, fresh_windows = lang.sample(64, 17, 2), lang.sample(1024, 17, 3)
 chain_val = valgap.chain_loss(lang, small_val_windows, per_window=True, first=1)
 print(f"entropy rate {lang.entropy_rate:.4f}; exact chain on these 64 validation windows {chain_val.mean():.4f}")
@@ -494,18 +497,20 @@ reveal("4096 training windows: fit on train + val, against fit on train", predic
 # get is the symptom: a training loss that falls and a validation loss that may not follow it.
 #
 # The pipelines are small (one layer, dropout 0.1, 2048 training windows, 256 validation windows,
-# 60 steps of 16 windows), so one training takes about half a second. `valgap.trained(pipe)` trains a
+# 45 steps of 16 windows), so one training takes about half a second. `valgap.trained(pipe)` trains a
 # pipeline once and remembers the run, so your test, your namer and your fix can share it.
 
 # %%
 from course import mystery
 
 MBASE = BASE.replace(model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
-                     n_train=2048, n_val=256, steps=60)
+                     n_train=2048, n_val=256, steps=45)
 CANDIDATES = ("healthy", "eval-label-smoothing", "dropout-left-on-in-eval", "train-set-too-small",
               "val-from-another-source", "val-overlaps-train")
 mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=MBASE) for s in (1, 2, 6, 7, 9, 10, 11)}
 print(repr(mysteries["mystery 1"].loss_fn), repr(mysteries["mystery 1"].val_source), "(every part looks like this)")
+
+# %% tags=["demo"]
 for name, p in mysteries.items():
     run = valgap.trained(p)
     logged = sum(run.history["loss"][-10:]) / 10
@@ -571,7 +576,7 @@ _assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
-                             n_train=2048, n_val=256, batch_size=16, steps=60, lr=3e-2, warmup=10)
+                             n_train=2048, n_val=256, batch_size=16, steps=45, lr=3e-2, warmup=10)
 _healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _hbase, salt="h-05-d41") for s in (1, 2)}
 _broken = {b: _mystery.make(b, 3 + i, _hbase, salt="h-05-d41") for i, b in enumerate(
     ("eval-loss-per-sequence", "val-mixes-another-source", "val-near-duplicates-train", "train-set-too-small"))}
@@ -622,7 +627,7 @@ _assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteri
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
-                             n_train=2048, n_val=256, batch_size=16, steps=60, lr=3e-2, warmup=10)
+                             n_train=2048, n_val=256, batch_size=16, steps=45, lr=3e-2, warmup=10)
 _cases = {}
 for _i, _b in enumerate(("healthy", "eval-loss-per-sequence", "dropout-left-on-in-eval", "val-near-duplicates-train",
                          "val-mixes-another-source", "train-set-too-small")):
@@ -678,7 +683,7 @@ from course import ModelConfig as _MC, Pipeline as _Pipeline
 
 _OFF = (_valgap.eval_path_check, _valgap.problems)  # check_fix also switches off reveal, draw, make, touched
 _mbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
-                             n_train=2048, n_val=256, batch_size=16, steps=60, lr=3e-2, warmup=10)
+                             n_train=2048, n_val=256, batch_size=16, steps=45, lr=3e-2, warmup=10)
 
 def _still_broken(fixed):
     found = _valgap.problems(fixed, seed=7)  # a fresh seed: new initialisation, dropout and batch order
