@@ -19,7 +19,8 @@
 # your guess into `prediction`; the cell after it prints your guess beside what was measured. Nothing
 # there is graded: the point is to commit to an answer before you see it.
 #
-# **Time.** About 30 seconds of computation on a laptop CPU. **GPU:** not needed anywhere.
+# **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
+# yours). **GPU:** not needed anywhere.
 #
 # **How grading works.** Cells marked `# YOUR CODE HERE` are yours. The cell after each one holds
 # tests: the visible ones run when you run the cell; the autograder adds hidden ones that try your

@@ -22,7 +22,8 @@
 # * Debug a **mystery pipeline**: write a test that tells a broken pipeline from a healthy one, name the
 #   cause ("no updates" or "context not used", and which one), and fix it at the right depth.
 #
-# **Time.** About 40 seconds of computation on a laptop CPU. **GPU:** not needed anywhere.
+# **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
+# yours). **GPU:** not needed anywhere.
 
 # %%
 import math

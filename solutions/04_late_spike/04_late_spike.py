@@ -28,8 +28,8 @@
 # **Predict, then reveal.** Before each result that is the lesson, a *Predict* cell asks you to write
 # your guess into `prediction`; the cell after it prints your guess beside what was measured.
 #
-# **Time.** About 40 seconds of computation on a laptop CPU (short training runs and two two-process
-# launches). **GPU:** not needed anywhere.
+# **Time.** Under 40 seconds of computation on a laptop CPU (short training runs and two two-process
+# launches; `make bench` times every notebook on yours). **GPU:** not needed anywhere.
 
 # %%
 import math

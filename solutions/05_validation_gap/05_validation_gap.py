@@ -21,7 +21,8 @@
 # * Debug a **mystery pipeline** yourself: write the falsifying test, name the cause and write the
 #   fix, graded on pipelines you have never seen.
 #
-# **Time.** About 40 seconds of computation on a laptop CPU. **GPU:** not needed anywhere.
+# **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
+# yours). **GPU:** not needed anywhere.
 
 # %%
 import torch
