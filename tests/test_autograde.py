@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from autograde_cases import CASES as REAL_CASES
-from autograder import grading, toy_course
+from autograder import demo_cells, grading, toy_course
 
 ASSIGNMENTS = grading.assignments()
 CASES = REAL_CASES + [c for c in toy_course.CASES if c.assignment in ASSIGNMENTS]
@@ -207,6 +208,25 @@ def test_solution_earns_full_marks(graded, assignment):
              if scores[gid][0] != scores[gid][1] or scores[gid][2]}
     assert not short, f"solution lost points ((score, max, needs manual grade), outputs): " \
                       f"{short}\n(a test cell scores 0 on any error or stderr output)"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_demonstrations_are_not_run_while_grading(graded, assignment):
+    """Every cell tagged demo in the source is left unrun when the solution is graded (its output
+    is the autograder's one-line note), and every other code cell ran: the grading time the tags
+    promise is really saved, and nothing else is skipped."""
+    run = graded(assignment)
+    demos = demo_cells.demo_sources(nbformat.reads(json.dumps(run.source), as_version=4))
+    if not demos:
+        pytest.skip(f"{assignment} tags no cell demo")
+    graded_nb = nbformat.reads(json.dumps(run.autograded(SOLUTION)), as_version=4)
+    code = [(i, c) for i, c in enumerate(graded_nb.cells) if c.cell_type == "code"]
+    noted = {i for i, c in code if [(o.output_type, o.get("name"), o.get("text")) for o in c.outputs]
+             == [("stream", "stdout", demo_cells.NOTE)]}
+    ran = [i for i, c in code if c.source in demos and i not in noted]
+    assert not ran, f"demo cells that ran while grading (cell indices): {ran}{run.context(SOLUTION)}"
+    skipped = [i for i, c in code if c.source not in demos and i in noted]
+    assert not skipped, f"untagged cells that were not run: {skipped}"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
