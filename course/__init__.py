@@ -18,8 +18,6 @@
 from .data import IGNORE, Batch, MarkovLanguage
 from .model import ModelConfig, TinyGPT
 from .pipeline import Pipeline
-
-# Importing these registers the later notebooks' bugs in course.bugs' catalogue.
-from . import bugs_fitting, bugs_nonfinite, bugs_spike, bugs_validation  # noqa: E402,F401
+from . import bugs  # noqa: E402,F401  (registers every bug family in the catalogue)
 
 __all__ = ["IGNORE", "Batch", "MarkovLanguage", "ModelConfig", "TinyGPT", "Pipeline"]

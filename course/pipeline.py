@@ -48,6 +48,12 @@ def set_eval_mode(model: nn.Module) -> None:
     model.eval()
 
 
+def part(default):
+    """A replaceable part of the pipeline: a dataclass field marked so that ``course.mystery`` wraps
+    it (``PARTS`` lists them in order)."""
+    return field(default=default, metadata={"part": True})
+
+
 def warmup_then_linear(step: int, warmup: int, total: int) -> float:
     """LR multiplier: linear warmup over ``warmup`` steps, then linear decay to 10% at ``total``."""
     return min(1.0, (step + 1) / max(1, warmup)) * max(0.1, 1.0 - step / max(1, total))
@@ -76,20 +82,25 @@ class Pipeline:
     min_len: int | None = None  # None: every window is full; else lengths in [min_len, seq_len + 1], padded
     data_seed: int = 1
     val_seed: int = 12345
-    # the replaceable parts
-    collate: Callable[[torch.Tensor, int], Batch] = next_token_batch
-    loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] = token_cross_entropy
-    optimizer_factory: Callable = adamw
-    make_optimizer: Callable[[nn.Module, "Pipeline"], torch.optim.Optimizer] = build_optimizer
-    prepare: Callable[[nn.Module], nn.Module] = prepare_model
-    update: Callable[[torch.optim.Optimizer], None] = apply_update
+    # the replaceable parts (``part``: course.mystery wraps exactly these). A part's default is a
+    # function, never None, so a mystery draw can wrap the healthy part as it is.
+    collate: Callable[[torch.Tensor, int], Batch] = part(next_token_batch)
+    loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] = part(token_cross_entropy)
+    optimizer_factory: Callable = part(adamw)
+    make_optimizer: Callable[[nn.Module, "Pipeline"], torch.optim.Optimizer] = part(build_optimizer)
+    prepare: Callable[[nn.Module], nn.Module] = part(prepare_model)
+    update: Callable[[torch.optim.Optimizer], None] = part(apply_update)
     # the evaluation parts (notebook 05): where validation windows come from, the loss and mode it uses
-    val_source: Callable[["Pipeline"], torch.Tensor] | None = None  # None: n_val windows of the language, val_seed
-    eval_loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] | None = None  # None: loss_fn
-    eval_mode: Callable[[nn.Module], None] = set_eval_mode
+    val_source: Callable[["Pipeline"], torch.Tensor] | None = part(None)  # None: n_val windows of the language, val_seed
+    eval_loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] | None = part(None)  # None: loss_fn
+    eval_mode: Callable[[nn.Module], None] = part(set_eval_mode)
     # the training data stream (notebook 04): the batch of (pipe, seed, data index); None: the
     # epoch-wise shuffles of course.train.batch_at
-    batches: Callable[["Pipeline", int, int], Batch] | None = None
+    batches: Callable[["Pipeline", int, int], Batch] | None = part(None)
+    # the parts of notebook 06 (throughput)
+    # the parts of notebook 07 (checkpoints and resume)
+    # the parts of notebook 08 (generation)
+    # the parts of notebook 09 (evaluation harness)
     bugs: tuple[str, ...] = field(default=())  # names of the bugs injected, for the record
 
     def replace(self, **changes) -> "Pipeline":
@@ -111,6 +122,8 @@ class Pipeline:
         cfg = dataclasses.replace(self.model, vocab_size=self.language().vocab_size)
         return self.prepare(TinyGPT(cfg))
 
+
+PARTS = tuple(f.name for f in dataclasses.fields(Pipeline) if f.metadata.get("part"))
 
 # Sampling the data and solving for the stationary distribution are deterministic; cache them so
 # notebooks that build many variants of one pipeline pay once.

@@ -239,7 +239,7 @@ def spike_symptom(pipe: Pipeline, seed: int = 0) -> str | None:
     ``MYSTERY_STEPS`` batches are ordinary data, i.e. batches of the reference stream (among its first
     ``MYSTERY_STEPS + 2 * SHARD_LEN``, so removing a few bad batches is allowed, replacing the ordinary
     data is not); else what is wrong."""
-    from .bugs_spike import SHARD_LEN
+    from .bugs.spike import SHARD_LEN
 
     if pipe.batches is not None:
         reference = pipe.replace(batches=None)

@@ -280,7 +280,7 @@ def _next_token_violations(collate, windows: torch.Tensor, pad_id: int) -> list[
 
 
 def test_next_token_batch_shifts_by_one_and_ignores_padding_targets():
-    from course.bugs import _padding_scored, _shifted_by_two, _unshifted
+    from course.bugs.basic import _padding_scored, _shifted_by_two, _unshifted
 
     windows = pad_sequences([torch.tensor([3, 1, 4, 1, 5]), torch.tensor([9, 2, 6]), torch.tensor([5])], PAD)
     problems = _next_token_violations(next_token_batch, windows, PAD)

@@ -1,5 +1,5 @@
 """Specifications of ``course.nonfinite`` (the first-non-finite locator and the NaN decision tree) and of
-the non-finite bugs in ``course.bugs_nonfinite``: each bug goes bad at its own stage on the reference
+the non-finite bugs in ``course.bugs.nonfinite``: each bug goes bad at its own stage on the reference
 pipeline, and the reference itself (the negative control) never does.
 """
 

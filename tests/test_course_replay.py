@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from course.bugs import inject
-from course.bugs_spike import REPEATED_TOKEN, SHARD_LEN, SHARD_START, is_corrupted
+from course.bugs.spike import REPEATED_TOKEN, SHARD_LEN, SHARD_START, is_corrupted
 from course.replay import (
     StepLog,
     checkpoints,
@@ -116,7 +116,7 @@ def test_rewind_and_skip_logs_what_it_left_out_and_changes_the_data_seen(spiked)
 # ----- the late-spike family in mystery draws, the quarantine, the mystery's grading check ---------
 from course import mystery  # noqa: E402
 from course.bugs import catalogue  # noqa: E402
-from course.bugs_spike import shard_start  # noqa: E402
+from course.bugs.spike import shard_start  # noqa: E402
 from course.data import IGNORE  # noqa: E402
 from course.replay import MYSTERY_PIPE, Quarantine, spike_alerts, spike_symptom  # noqa: E402
 

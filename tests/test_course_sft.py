@@ -1,4 +1,4 @@
-"""Specifications of ``course.sft``, the wrong-gradient bugs of ``course.bugs_fitting`` and
+"""Specifications of ``course.sft``, the wrong-gradient bugs of ``course.bugs.fitting`` and
 ``course.adapters``: the gate passes healthy batches (negative control) and fails each broken one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Specifications of ``course.valgap`` and the val-gap / leakage bugs of ``course.bugs_validation``.
+"""Specifications of ``course.valgap`` and the val-gap / leakage bugs of ``course.bugs.validation``.
 
 Every bug is run on a small pipeline against the healthy one (the negative control): each must move
 the measurement its separating test reads, and the healthy pipeline must not.

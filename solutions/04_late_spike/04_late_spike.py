@@ -138,7 +138,7 @@ reveal("from the last good checkpoint: (same batches spike again?, different bat
 # checkpoint of step 50 instead, by skipping the data cursor forward to them.
 
 # %% tags=["demo"]
-from course.bugs_spike import SHARD_START
+from course.bugs.spike import SHARD_START
 
 early = replay(pipe, folder, 50, steps=20, skip=SHARD_START - 50)
 early_control = replay(pipe, folder, 50, steps=20, skip=SHARD_START - 50 + 40)
@@ -184,7 +184,7 @@ plt.show()
 # The numbers behind the plot, for the spike and the step before it:
 
 # %%
-from course.bugs_spike import SHARD_LEN
+from course.bugs.spike import SHARD_LEN
 
 print(f"lowest loss on the corrupted batches: {min(loss[spike:spike + SHARD_LEN]):.3f} "
       f"(entropy rate of the language {lang.entropy_rate:.3f})")
@@ -513,7 +513,7 @@ prediction = None  # your guess: the number of ordinary (not corrupted) batches 
 # one repeated token, and a digest of every input token.
 
 # %% tags=["demo"]
-from course.bugs_spike import REPEATED_TOKEN, is_corrupted
+from course.bugs.spike import REPEATED_TOKEN, is_corrupted
 from course.replay import data_digest, token_counts
 
 rewound_at = skips[0].at_step

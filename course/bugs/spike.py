@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .bugs import bug
-from .data import IGNORE
-from .pipeline import Pipeline
+from ..data import IGNORE
+from ..pipeline import Pipeline
+from .registry import bug
 
 SHARD_START = 300  # the data index of the first corrupted batch for a 1000-step schedule
 SHARD_FRACTION = 0.3  # where the family strikes: this fraction of pipe.steps
@@ -62,7 +62,7 @@ def is_corrupted(index: int, pipe: Pipeline | None = None) -> bool:
 
 # ----- the data ------------------------------------------------------------------------------------
 def _with_corrupted_shard(pipe: Pipeline, seed: int, index: int):
-    from .train import windows_at  # late import: course.train imports the pipeline module
+    from ..train import windows_at  # late import: course.train imports the pipeline module
 
     windows = windows_at(pipe, seed, index)
     if is_corrupted(index, pipe):
@@ -79,7 +79,7 @@ def corrupted_shard(pipe: Pipeline) -> Pipeline:
 
 
 def _with_garbled_shard(pipe: Pipeline, seed: int, index: int):
-    from .train import windows_at
+    from ..train import windows_at
 
     batch = pipe.collate(windows_at(pipe, seed, index), pipe.language().PAD)
     if is_corrupted(index, pipe):

@@ -18,9 +18,9 @@ from dataclasses import replace
 
 import torch.nn as nn
 
-from .bugs import bug
-from .pipeline import Pipeline
-from .valgap import LabelSmoothed, OtherSource, TrainContinuations, TrainCopies, per_sequence_loss
+from ..pipeline import Pipeline
+from ..valgap import LabelSmoothed, OtherSource, TrainContinuations, TrainCopies, per_sequence_loss
+from .registry import bug
 
 
 # ----- evaluation bugs ----------------------------------------------------------------------------

@@ -1,95 +1,20 @@
-"""The catalogue of injectable bugs.
+"""Bugs of notebooks 00 and 01: the run that does not learn, learns too little, learns too well,
+measures the wrong loss, or is fed a batch that breaks its contract.
 
-Each bug is a named, documented function ``Pipeline -> Pipeline`` that breaks exactly one part of the
-reference pipeline, the way real code gets broken. ``inject(pipe, name)`` applies one; ``catalogue()``
-lists them. Every entry says which family of symptom it belongs to, so notebooks can draw broken
-pipelines by family and hidden tests can draw variants the learner has not seen.
-
-Families:
-
-* ``no-updates``: the loss does not move, because the parameters do not change.
-* ``context-unused``: the loss falls, but stalls at or near the unigram or bigram entropy, because the
-  model cannot use the tokens before the one it predicts from.
-* ``too-good``: the loss falls below the entropy rate, which no honest model can do.
-* ``bad-loss``: the loss is NaN, or measures the wrong thing.
-* ``batch``: the batch itself breaks its contract; a check on one batch catches it before any step.
-* ``non-finite``: a loss, activation or gradient becomes inf or NaN (notebook 02,
-  ``course.bugs_nonfinite``).
-* ``wrong-gradient``: parameters move, but by the wrong gradient: accumulated, mis-shaped, or
-  supervising the wrong tokens (notebook 03, ``course.bugs_fitting``).
-* ``late-spike``: a run that is healthy until, at one step, a bad shard of data or an optimizer
-  fault makes the loss jump (notebook 04, ``course.bugs_spike``).
-* ``val-gap``: training improves while validation worsens, or the two are not measured alike
-  (notebook 05, ``course.bugs_validation``).
-* ``leakage``: validation shares data with training, so it looks better than it is (notebook 05).
-
-The families of the later notebooks are registered by their own modules, which ``course`` imports, so
-``catalogue()`` always lists every bug.
-
-To add a bug, write a function of a pipeline and decorate it with ``@bug(family, symptom)``; the
-training loop does not change.
+Families ``no-updates``, ``context-unused``, ``too-good``, ``bad-loss`` and ``batch`` (see
+``course.bugs`` for what each means).
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import replace
 
 import torch
 
-from .data import IGNORE, Batch, next_token_batch
-from .pipeline import Pipeline
-
-
-@dataclass(frozen=True)
-class Bug:
-    name: str
-    family: str
-    symptom: str
-    doc: str
-    apply: Callable[[Pipeline], Pipeline]
-
-    def __call__(self, pipe: Pipeline) -> Pipeline:
-        broken = self.apply(pipe)
-        return replace(broken, bugs=pipe.bugs + (self.name,))
-
-
-_REGISTRY: dict[str, Bug] = {}
-FAMILIES = ("no-updates", "context-unused", "too-good", "bad-loss", "batch",
-            "non-finite", "wrong-gradient", "late-spike", "val-gap", "leakage")
-
-
-def bug(family: str, symptom: str):
-    """Register the decorated ``Pipeline -> Pipeline`` function as a bug named after it."""
-    if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
-
-    def register(fn):
-        name = fn.__name__.replace("_", "-")
-        _REGISTRY[name] = Bug(name, family, symptom, (fn.__doc__ or "").strip(), fn)
-        return fn
-
-    return register
-
-
-def catalogue(family: str | None = None) -> list[Bug]:
-    """The registered bugs, optionally only those of one family, in registration order."""
-    return [b for b in _REGISTRY.values() if family is None or b.family == family]
-
-
-def get(name: str) -> Bug:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"no bug named {name!r}; known: {sorted(_REGISTRY)}") from None
-
-
-def inject(pipe: Pipeline, *names: str) -> Pipeline:
-    """``pipe`` with each named bug applied, in order."""
-    for name in names:
-        pipe = get(name)(pipe)
-    return pipe
+from ..data import IGNORE, Batch, next_token_batch
+from ..pipeline import Pipeline
+from .registry import bug
 
 
 # ----- no updates -----------------------------------------------------------------------------------

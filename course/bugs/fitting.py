@@ -18,9 +18,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .bugs import bug
-from .data import IGNORE, Batch
-from .pipeline import Pipeline
+from ..data import IGNORE, Batch
+from ..pipeline import Pipeline
+from .registry import bug
 
 _FORGETFUL: dict[type, type] = {}
 

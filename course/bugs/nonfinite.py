@@ -24,8 +24,8 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from .bugs import bug
-from .pipeline import Pipeline
+from ..pipeline import Pipeline
+from .registry import bug
 
 
 def _embedding_times_inf(model):
