@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import socket
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -244,6 +245,7 @@ def run_ranks(scenarios: dict[str, list[tuple[int, int]]], steps: int = 6, fail:
             rank, detail = exited.error_index, f"exited with code {exited.exit_code}"
         raise RankFailed(f"rank {rank} failed: {detail} (logs in {folder})", pids)
     per_rank = [torch.load(Path(folder) / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    shutil.rmtree(folder, ignore_errors=True)  # kept only when a rank failed (its logs are named above)
     out = {}
     for name in scenarios:
         rows = [per_rank[r][name] for r in range(WORLD)]

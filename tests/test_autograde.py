@@ -2,8 +2,9 @@
 
 For each assignment in solutions/ (``COURSE_ROOT`` may point at another course root), one
 module-scoped run: ``generate_assignment`` (fills a fresh SQLite gradebook), submissions under
-submitted/<student>/<a>/, ``db student add``, ONE ``autograde`` of all students, then
-``generate_feedback`` and ``export``. The tests read what nbgrader recorded:
+submitted/<student>/<a>/, ONE ``autograde`` of all students (it creates each student in the
+gradebook: ``Autograde.create_student`` is on by default, so no ``db student add`` process per
+student), then ``generate_feedback`` and ``export``. The tests read what nbgrader recorded:
 
 - the solution as submitted earns full marks on every autograder-test cell;
 - the untouched release earns 0 on every graded cell, and its only errors are
@@ -111,7 +112,6 @@ def grade(tmp: Path, assignment: str) -> Graded:
         folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True)
         (folder / f"{assignment}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-        grading.nbgrader(root, "db", "student", "add", student)
     log = grading.nbgrader(root, "autograde", assignment, "--force", check=False).stdout
     log += grading.nbgrader(root, "generate_feedback", assignment, "--force", check=False).stdout
     return Graded(root, assignment, source, grading.graded_cells(source), list(submissions), log,

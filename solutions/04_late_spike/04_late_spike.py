@@ -66,7 +66,8 @@ from course.train import batch_at, resume, train_steps
 
 pipe = inject(SPIKE_PIPE, "corrupted-shard")
 lang = pipe.language()
-folder = tempfile.mkdtemp(prefix="ckpt-04-")
+checkpoints = tempfile.TemporaryDirectory(prefix="ckpt-04-")  # removed when the kernel exits
+folder = checkpoints.name
 log = StepLog()
 run = train_with_checkpoints(pipe, 360, folder, every=50, log=log, eval_every=20, progress=True)
 differs = next(i for i in range(360) if not all(
@@ -817,13 +818,13 @@ from course.replay import last_good, replay, train_with_checkpoints
 
 def name_cause(pipe):
     ### BEGIN SOLUTION
-    folder = tempfile.mkdtemp(prefix="mystery-")
-    run = train_with_checkpoints(pipe, MYSTERY_STEPS, folder, every=10)
-    s = first_spike(run.history["loss"])
-    if s is None:
-        return "healthy"
-    good = last_good(folder, s - 10)  # a state from before anything broke
-    other = replay(pipe, folder, good, steps=min(MYSTERY_STEPS, s + 10) - good, skip=100)
+    with tempfile.TemporaryDirectory(prefix="mystery-") as folder:
+        run = train_with_checkpoints(pipe, MYSTERY_STEPS, folder, every=10)
+        s = first_spike(run.history["loss"])
+        if s is None:
+            return "healthy"
+        good = last_good(folder, s - 10)  # a state from before anything broke
+        other = replay(pipe, folder, good, steps=min(MYSTERY_STEPS, s + 10) - good, skip=100)
     return "optimizer" if first_spike(other.history["loss"]) is not None else "data"
     ### END SOLUTION
 
