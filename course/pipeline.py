@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from .data import Batch, MarkovLanguage, next_token_batch, variable_length_windows
 from .model import ModelConfig, TinyGPT
+from .generate import generate as generate_tokens
 
 
 def token_cross_entropy(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -100,6 +101,9 @@ class Pipeline:
     # the parts of notebook 06 (throughput)
     # the parts of notebook 07 (checkpoints and resume)
     # the parts of notebook 08 (generation)
+    # how the model is run to write text: (model, prompt, max_new_tokens, temperature, top_k, greedy,
+    # seed, eos_id, return_logits) -> tokens (and logits); training and evaluation never call it
+    generate: Callable = part(generate_tokens)
     # the parts of notebook 09 (evaluation harness)
     bugs: tuple[str, ...] = field(default=())  # names of the bugs injected, for the record
 

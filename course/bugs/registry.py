@@ -35,7 +35,7 @@ FAMILIES = (
     "val-gap", "leakage",  # notebook 05
     # notebook 06: "throughput"
     # notebook 07: "resume"
-    # notebook 08: "generation"
+    "generation",  # notebook 08
     # notebook 09: "evaluation"
 )
 
