@@ -126,12 +126,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--copies", type=int, default=3, help="submissions per autograde run")
     parser.add_argument("--class-size", type=int, default=30, help="toy class size (0: skip)")
     parser.add_argument("--class-only", action="store_true", help="only the class bench")
+    parser.add_argument("assignments", nargs="*", help="assignments to time (default: all)")
     args = parser.parse_args(argv)
     if args.class_only:
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
             class_bench(Path(tmp), args.class_size)
         return 0
-    names = grading.assignments()
+    names = [a for a in grading.assignments() if not args.assignments or a in args.assignments]
+    unknown = sorted(set(args.assignments) - set(names))
+    if unknown:
+        print(f"no such assignment in solutions/: {', '.join(unknown)}")
+        return 2
     if not names:
         print("no assignments in solutions/")
         return 0

@@ -3,7 +3,7 @@
 ``install(shell)`` snapshots what test cells rely on, while it is still pristine:
 - every entry of ``builtins`` (``abs``, ``isinstance``, ``AssertionError``, ``__import__``, ...);
 - the public attributes of the guarded modules (COURSE_GUARDED, space-separated module names;
-  default ``GUARDED``), and each module's class and ``sys.modules`` entry. A module already
+  default ``GUARDED``: a few standard and torch modules, and every module of ``course``), and each module's class and ``sys.modules`` entry. A module already
   imported is snapshotted now; one imported later (torch, course.mystery) right after its own
   import finishes, by an import hook, so a student cell that imports and patches it at once is
   still caught. A library import that rebinds a guarded module's attribute on purpose (importing
@@ -56,9 +56,27 @@ import sys
 import threading
 import types
 
+def course_modules() -> tuple:
+    """Every module of the ``course`` package, named from its files (nothing is imported): hidden
+    tests call the package's checks (``course.throughput.problems``, ``course.valgap...``), so a
+    submission must not be able to replace any of them. Empty where ``course`` is not installed."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("course")
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    root = Path(list(spec.submodule_search_locations)[0])
+    names = []
+    for f in sorted(root.rglob("*.py")):
+        parts = f.relative_to(root).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        names.append(".".join(("course",) + parts))
+    return tuple(names)
+
+
 GUARDED = ("math", "cmath", "operator", "functools", "numpy", "numpy.testing", "torch",
-           "torch.testing", "torch.nn.functional", "course.grading", "course.checks",
-           "course.mystery", "course.record")
+           "torch.testing", "torch.nn.functional") + course_modules()
 # importing the key rebinds attributes of the listed guarded modules on purpose
 SIDE_EFFECT_IMPORTS = {"torch._dynamo": ("torch",)}
 # modules of IPython's execution path: their functions and classes must stay the originals
