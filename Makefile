@@ -15,6 +15,9 @@
 #   make export     nbgrader export -> grades.csv
 #   make bench      print notebook execution and autograde times on this machine
 #   make clean      remove grading work folders (autograded/, feedback/, grades.csv, .build/)
+#   make gpu-kernel register the kernel "Python 3 (debug course, GPU)" (GPU_PYTHON=/path/to/python
+#                   with a CUDA torch, or a new .venv-gpu with the CUDA build of torch 2.13.0)
+#   make test-gpu   notebook 10 on the GPU kernel (nbval) and its autograde with GRADE_KERNEL=gpu
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -34,7 +37,7 @@ SOLUTION_NOTEBOOKS = $(foreach a,$(ASSIGNMENTS),solutions/$(a)/$(a).ipynb)
 # jupyter refuses to start a server as root without --allow-root
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: venv lab test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench clean test-browser system-deps sandbox
+.PHONY: venv lab test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench clean test-browser system-deps sandbox gpu-kernel test-gpu
 
 venv: $(STAMP)
 
@@ -153,3 +156,46 @@ bench: venv
 
 clean:
 	rm -rf autograded feedback grades.csv .build
+
+# ----- the optional GPU kernel (notebook 10's GPU sections and their tests) -----------------------
+# GPU_PYTHON=/path/to/python: a Python whose torch already has CUDA. The course (-e ., no
+# dependencies) and requirements.txt without its torch line go into it, with its installed torch
+# pinned as a constraint: its torch is never replaced. Without GPU_PYTHON: .venv-gpu is created and
+# gets torch==2.13.0 from PyPI, whose Linux wheels are the CUDA build (network needed; about 5-6 GB
+# of disk for torch and its nvidia-* libraries, against about 1 GB for the CPU venv).
+# Registers, inside .venv (where JupyterLab, nbval and nbgrader look): debug-course-gpu ("Python 3
+# (debug course, GPU)") and the grading kernel debug-course-gpu-sandboxed that GRADE_KERNEL=gpu
+# selects (autograder/sandboxed_execute.py).
+GPU_VENV := .venv-gpu
+GPU_PYTHON ?=
+GPU_PY = $(if $(GPU_PYTHON),$(GPU_PYTHON),$(CURDIR)/$(GPU_VENV)/bin/python)
+GPU_KERNEL := debug-course-gpu
+GPU_NOTEBOOK := solutions/10_amp_memory/10_amp_memory.ipynb
+
+gpu-kernel: venv
+	@mkdir -p .build
+	@if [ -n "$(GPU_PYTHON)" ]; then \
+	  "$(GPU_PYTHON)" -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'GPU_PYTHON: torch ' + torch.__version__ + ' is not a CUDA build')"; \
+	else \
+	  [ -x $(GPU_VENV)/bin/python ] || $(PYTHON) -m venv $(GPU_VENV); \
+	  $(GPU_VENV)/bin/python -c "import torch; assert torch.version.cuda" 2>/dev/null || \
+	    $(GPU_VENV)/bin/python -m pip install torch==2.13.0; \
+	fi
+	"$(GPU_PY)" -c "import torch; print('torch==' + torch.__version__)" > .build/gpu-torch-constraint.txt
+	grep -v -E '^torch([=<> ]|$$)' requirements.txt > .build/requirements-gpu.txt
+	"$(GPU_PY)" -m pip install -r .build/requirements-gpu.txt -c .build/gpu-torch-constraint.txt
+	"$(GPU_PY)" -m pip install --no-deps -e .
+	"$(GPU_PY)" -m ipykernel install --prefix $(CURDIR)/$(VENV) --name $(GPU_KERNEL) --display-name "Python 3 (debug course, GPU)"
+	$(BIN)/python -m autograder.sandbox install --name $(GPU_KERNEL)-sandboxed --python "$(GPU_PY)" \
+	  --display-name "Python 3 (debug course, GPU, autograder sandbox)"
+	"$(GPU_PY)" -c "import torch; print('GPU kernel: torch', torch.__version__, '| CUDA available:', torch.cuda.is_available())"
+
+# Notebook 10 on the GPU kernel: nbval in lax mode (every cell must run without error; outputs are
+# not compared, since step times, memory figures and the GPU's name vary), then the end-to-end
+# autograde of notebook 10 with GRADE_KERNEL=gpu: the solution must earn full marks including its
+# GPU test, the untouched release zero, and every case (GPU_CASES of tests/autograde_cases_10.py
+# included) lose exactly its cells. Fails at once when the GPU kernel's torch sees no CUDA device.
+test-gpu: gpu-kernel sandbox
+	"$(GPU_PY)" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'test-gpu: torch sees no CUDA device')"
+	$(BIN)/python -m pytest -p no:xdist -p tests.conftest --nbval-lax --nbval-kernel-name $(GPU_KERNEL) $(GPU_NOTEBOOK)
+	GRADE_KERNEL=gpu $(BIN)/python -m pytest -p no:xdist tests/test_autograde.py -k 10_amp_memory --durations=10

@@ -249,6 +249,19 @@ def submission_timestamp(folder: Path) -> str | None:
 
 # --------------------------------------------------------------------------- reasons
 
+# The one output line autograder.sandboxed_execute gives a GPU test it did not run (no CUDA in the
+# grading kernel); nbgrader then records no automatic score for the cell (needs a manual grade).
+NOT_GRADED_GPU = "not graded: needs a GPU kernel"
+
+
+def _only_line(outputs: list) -> str:
+    texts = [o.get("text", "") for o in outputs]
+    if len(outputs) != 1 or outputs[0].get("output_type") != "stream" or outputs[0].get("name") != "stdout":
+        return ""
+    text = texts[0]
+    return ("".join(text) if isinstance(text, list) else text).strip()
+
+
 def _first_line(text: str, limit: int = 200) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip()
     line = text.splitlines()[0] if text else ""
@@ -290,6 +303,8 @@ def autograded_reasons(path: Path) -> tuple[dict[str, list[str]], list[str]]:
         gid = grading.nbgrader_meta(cell).get("grade_id")
         meta = grading.nbgrader_meta(cell)
         if meta.get("grade"):
+            if not problems and _only_line(cell.get("outputs", [])) == NOT_GRADED_GPU:
+                problems = [NOT_GRADED_GPU]
             per_cell[gid] = problems
         else:  # stderr outside a grade cell costs nothing; errors there are worth a note
             where = f"cell {gid}" if gid else f"cell #{index + 1} (not graded)"
@@ -353,8 +368,12 @@ def graded_reason(cells: dict) -> str:
     """One line: which cells lost points and why, and which need a manual grade."""
     lost = [f"{gid} {c['score']:g}/{c['max_score']:g}" + (f" ({'; '.join(c['why'])})" if c["why"] else "")
             for gid, c in cells.items() if not c["manual"] and c["score"] < c["max_score"]]
-    manual = [gid for gid, c in cells.items() if c["manual"]]
-    parts = ["lost points: " + ", ".join(lost)] if lost else ["every autograded cell passed"]
+    gpu = [gid for gid, c in cells.items() if c.get("not_graded")]
+    manual = [gid for gid, c in cells.items() if c["manual"] and not c.get("not_graded")]
+    parts = ["lost points: " + ", ".join(lost)] if lost else \
+        ["every autograded cell passed" + (" that was run" if gpu else "")]
+    if gpu:
+        parts.append(f"{NOT_GRADED_GPU}: " + ", ".join(gpu))
     if manual:
         parts.append("needs manual grade: " + ", ".join(manual))
     return "; ".join(parts)
@@ -496,8 +515,12 @@ class Runner:
 
     def cell_table(self, student: str, per_cell: dict, grades: dict | None = None) -> dict:
         grades = grades if grades is not None else read_grades(self.url, self.course, self.assignment, student)
-        return {gid: {"score": g["score"], "max_score": g["max_score"], "manual": g["manual"],
-                      "why": per_cell.get(gid, [])} for gid, g in (grades or {}).items()}
+        table = {gid: {"score": g["score"], "max_score": g["max_score"], "manual": g["manual"],
+                       "why": per_cell.get(gid, [])} for gid, g in (grades or {}).items()}
+        for gid, g in (grades or {}).items():  # a GPU test left unrun: no score, and the reason
+            if g.get("auto_score") is None and table[gid]["why"] == [NOT_GRADED_GPU]:
+                table[gid]["not_graded"] = NOT_GRADED_GPU
+        return table
 
     # the class --------------------------------------------------------------
     def run(self, names: list[str], echo=print) -> list[Result]:

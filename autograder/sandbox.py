@@ -26,6 +26,11 @@ autograde``; any other client must do what that one does: ipc transport, private
   unless COURSE_ALLOW_UNSANDBOXED=1: then it runs with the limits only, and says so on stderr.
   COURSE_BWRAP names the bubblewrap executable (default: ``bwrap`` on PATH).
 - The kernel runs ``kernel_guard.py`` at start (see that module): the monkeypatch guard.
+- GPU grading (``COURSE_SANDBOX_GPU=1``, set by ``SandboxedExecute`` under ``GRADE_KERNEL=gpu``): the
+  NVIDIA device nodes (``/dev/nvidia*``) are bound into the sandbox and the address-space limit is
+  not set (CUDA reserves far more virtual memory than any RLIMIT_AS a CPU kernel needs); the other
+  limits stay. ``install --name debug-course-gpu-sandboxed --python GPU_PYTHON`` (``make
+  gpu-kernel``) registers a sandboxed kernel that runs another Python (one whose torch has CUDA).
 """
 from __future__ import annotations
 
@@ -90,6 +95,9 @@ def bwrap_args(workdir: str, private: str, tmp_mb: int, uid: int | None) -> list
     ``workdir`` and whose sockets/connection file live in the private folder ``private``."""
     args = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
             "--clearenv", "--proc", "/proc", "--dev", "/dev"]
+    if gpu_requested():
+        for node in gpu_devices():
+            args += ["--dev-bind", node, node]
     for top in ("/bin", "/lib", "/lib64", "/lib32", "/sbin", "/usr", "/etc"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -120,12 +128,28 @@ def bwrap_args(workdir: str, private: str, tmp_mb: int, uid: int | None) -> list
     return args
 
 
+def gpu_requested() -> bool:
+    return os.environ.get("COURSE_SANDBOX_GPU") == "1"
+
+
+def gpu_devices() -> list[str]:
+    """The NVIDIA device nodes of this host (/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm, ...)."""
+    try:
+        return sorted(os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")
+                      and not os.path.isdir(os.path.join("/dev", n)))
+    except OSError:
+        return []
+
+
 def set_limits(lim: dict[str, int]) -> None:
-    """Apply the RLIMITs to this process (inherited by bwrap and the kernel)."""
+    """Apply the RLIMITs to this process (inherited by bwrap and the kernel); no address-space
+    limit for a GPU kernel."""
     mb = 2**20
     for what, value in ((resource.RLIMIT_CPU, lim["CPU_S"]), (resource.RLIMIT_AS, lim["MEMORY_MB"] * mb),
                         (resource.RLIMIT_FSIZE, lim["FILE_MB"] * mb), (resource.RLIMIT_NPROC, lim["NPROC"]),
                         (resource.RLIMIT_CORE, 0)):
+        if what == resource.RLIMIT_AS and gpu_requested():
+            continue
         # CPU: soft limit sends SIGXCPU (kills the kernel), the hard one a second later SIGKILL
         hard = value + 1 if what == resource.RLIMIT_CPU else value
         resource.setrlimit(what, (value, hard))
@@ -200,12 +224,14 @@ def run_kernel(argv: list[str]) -> int:
     return 0  # not reached
 
 
-def install(prefix: str = sys.prefix) -> Path:
-    """Write the ``debug-course-sandboxed`` kernelspec into ``prefix`` (the venv); return its folder."""
-    folder = Path(prefix) / "share" / "jupyter" / "kernels" / KERNEL_NAME
+def install(prefix: str = sys.prefix, name: str = KERNEL_NAME, python: str = sys.executable,
+            display_name: str = "Python 3 (debug course, autograder sandbox)") -> Path:
+    """Write the ``debug-course-sandboxed`` kernelspec (or ``name``, running ``python``) into
+    ``prefix`` (the venv); return its folder."""
+    folder = Path(prefix) / "share" / "jupyter" / "kernels" / name
     folder.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": [sys.executable, str(HERE / "sandbox.py"), "-f", "{connection_file}"],
-            "display_name": "Python 3 (debug course, autograder sandbox)", "language": "python",
+    spec = {"argv": [python, str(HERE / "sandbox.py"), "-f", "{connection_file}"],
+            "display_name": display_name, "language": "python",
             # interrupts travel as messages: a signal to the process group would hit bubblewrap
             "interrupt_mode": "message", "metadata": {"debugger": False}}
     (folder / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
@@ -214,7 +240,11 @@ def install(prefix: str = sys.prefix) -> Path:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["install"]:
-        print(f"installed kernelspec {KERNEL_NAME} in {install()}")
+        opts = dict(zip(argv[1::2], argv[2::2]))  # install [--name N] [--python P] [--display-name D]
+        name = opts.get("--name", KERNEL_NAME)
+        folder = install(name=name, python=opts.get("--python", sys.executable),
+                         display_name=opts.get("--display-name", "Python 3 (debug course, autograder sandbox)"))
+        print(f"installed kernelspec {name} in {folder}")
         return 0
     if argv[:1] == ["check"]:
         reason = probe()

@@ -21,6 +21,13 @@ kernel). On top of ``Execute`` it:
   if the submission changed how IPython runs cells (a replaced method or helper, a transformer
   that rewrites the test, a wrapped guard hook), if something the test relies on was replaced
   while it ran, or if the guard does not answer before, at the start of, or after the test.
+- GPU tests: a test cell tagged ``gpu`` in the source notebook (by grade_id, so a submission cannot
+  untag it) runs only when the grading kernel has CUDA: ``GRADE_KERNEL=gpu`` says it has (and
+  ``GRADE_KERNEL=cpu`` that it has not); otherwise the kernel is asked (``torch.cuda``, after the
+  cells before it ran), and on a host without ``/dev/nvidia*`` the answer is no without asking.
+  Without CUDA the cell is not run: its output is the one line ``not graded: needs a GPU kernel``
+  and nbgrader records no automatic score for it (``auto_score`` None, so ``needs_manual_grade``):
+  never passed, never a silent zero. ``make summary`` and the class report say why.
 Error names a reader of the autograded notebook can rely on: CellTimeoutError, OutputLimitError,
 KernelDied, NotRun, GradingIntegrityError (plus the student's own, e.g. MemoryError).
 """
@@ -46,6 +53,59 @@ from autograder import demo_cells, sandbox
 
 _PROBED: dict[str, str | None] = {}
 
+GPU_TAG = "gpu"
+GPU_KERNEL_NAME = "debug-course-gpu-sandboxed"
+NOT_GRADED_GPU = "not graded: needs a GPU kernel"
+# grade_ids of the notebook being graded whose GPU test was left unrun (no CUDA). nbgrader's
+# SaveAutoGrades runs after this preprocessor in the same process and scores a code cell from its
+# outputs (nbgrader.utils.determine_grade): for these cells it must record no score at all.
+_UNGRADED_GPU: set[str] = set()
+
+
+def _determine_grade(cell, log=None):
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    if cell.get("cell_type") == "code" and meta.get("grade") and not meta.get("solution") \
+            and meta.get("grade_id") in _UNGRADED_GPU:
+        return None, float(meta["points"])
+    return _nbgrader_determine_grade(cell, log)
+
+
+import nbgrader.utils as _nbgrader_utils  # noqa: E402
+
+if getattr(_nbgrader_utils.determine_grade, "__name__", "") != "_determine_grade":
+    _nbgrader_determine_grade = _nbgrader_utils.determine_grade
+    _nbgrader_utils.determine_grade = _determine_grade
+else:  # imported twice (reload): keep the original from the first import
+    _nbgrader_determine_grade = _nbgrader_utils.determine_grade.__globals__["_nbgrader_determine_grade"]
+
+
+def gpu_cells(nb) -> set[str]:
+    """grade_ids of the test cells tagged ``gpu`` in a notebook (a NotebookNode or a plain dict)."""
+    found = set()
+    for c in nb["cells"]:
+        meta = c.get("metadata", {}).get("nbgrader", {})
+        if c.get("cell_type") == "code" and meta.get("grade") and not meta.get("solution") \
+                and GPU_TAG in c.get("metadata", {}).get("tags", []):
+            found.add(meta.get("grade_id"))
+    return found
+
+
+def grade_kernel_has_cuda() -> bool | None:
+    """True / False when ``GRADE_KERNEL`` (gpu / cpu) or the host decides it; None: ask the kernel."""
+    kind = os.environ.get("GRADE_KERNEL", "").strip().lower()
+    if kind in ("gpu", "cpu"):
+        return kind == "gpu"
+    if not (os.path.exists("/dev/nvidiactl") or any(n.startswith("nvidia") for n in _listdir("/dev"))):
+        return False
+    return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
 
 def _error(ename: str, evalue: str):
     return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
@@ -68,6 +128,8 @@ def _is_test(cell) -> bool:
 
 class SandboxedExecute(Execute):
     kernel_name = Unicode(sandbox.KERNEL_NAME, help="the sandboxed kernelspec").tag(config=True)
+    gpu_kernel_name = Unicode(GPU_KERNEL_NAME, help="the sandboxed kernelspec used under GRADE_KERNEL=gpu "
+                              "(make gpu-kernel registers it)").tag(config=True)
     cpu_seconds = Integer(600, help="RLIMIT_CPU of the kernel (whole run)").tag(config=True)
     memory_mb = Integer(8192, help="RLIMIT_AS of the kernel, MiB").tag(config=True)
     max_processes = Integer(256, help="RLIMIT_NPROC (processes and threads)").tag(config=True)
@@ -93,6 +155,9 @@ class SandboxedExecute(Execute):
             self.log.warning("grading WITHOUT the sandbox (%s=1): %s", sandbox.ALLOW_ENV, reason)
         self._stopped = None
         self._skip = self._demo_cells(nb, resources) if self.skip_demos else set()
+        _UNGRADED_GPU.clear()
+        self._gpu_tests = self._gpu_tests_of(nb, resources)
+        self._cuda = grade_kernel_has_cuda() if self._gpu_tests else False
         self._private = tempfile.mkdtemp(prefix="course-kernel-")
         try:
             return super().preprocess(nb, resources, km)
@@ -115,7 +180,40 @@ class SandboxedExecute(Execute):
             return set()
         return demo_cells.skippable(nb.cells, demo_cells.demo_sources(source))
 
+    def _gpu_tests_of(self, nb, resources) -> set[str]:
+        """The GPU tests, by grade_id, as the source notebook tags them (the submission's own tags
+        when there is no source to read: a direct call)."""
+        source = self._source_notebook(resources)
+        return gpu_cells(source if source is not None else nb)
+
+    def _source_notebook(self, resources):
+        info = (resources or {}).get("nbgrader", {})
+        if not info.get("assignment"):
+            return None
+        course = CourseDirectory(config=self.config)
+        path = os.path.join(course.format_path(course.source_directory, ".", info.get("assignment", "")),
+                            f"{info.get('notebook', '')}.ipynb")
+        try:
+            return nbformat.read(path, as_version=4)
+        except (OSError, ValueError):
+            return None
+
+    def _kernel_has_cuda(self, index: int) -> bool:
+        """Ask the kernel once whether torch sees a CUDA device."""
+        probe = new_code_cell("print('course-cuda:', bool(__import__('torch').cuda.is_available()))")
+        cell = self.nb.cells[index]
+        try:
+            self.execute_cell(probe, index, store_history=False)
+        except Exception:  # noqa: BLE001 (no answer is no CUDA)
+            return False
+        finally:
+            self.nb.cells[index] = cell
+        return any(o.get("output_type") == "stream" and "course-cuda: True" in o.get("text", "")
+                   for o in probe.get("outputs", []))
+
     def create_kernel_manager(self):
+        if os.environ.get("GRADE_KERNEL", "").strip().lower() == "gpu":
+            self.kernel_name = self.gpu_kernel_name
         km = super().create_kernel_manager()
         km.transport = "ipc"
         km.connection_file = os.path.join(self._private, "kernel.json")
@@ -131,6 +229,8 @@ class SandboxedExecute(Execute):
                     "COURSE_SANDBOX_FILE_MB": str(self.max_file_mb),
                     "COURSE_SANDBOX_TMP_MB": str(self.tmp_mb),
                     "COURSE_GUARD": "1" if self.guard else "0"})
+        if os.environ.get("GRADE_KERNEL", "").strip().lower() == "gpu":
+            env["COURSE_SANDBOX_GPU"] = "1"  # the device nodes in, no address-space limit (sandbox.py)
         return await super().async_start_new_kernel(env=env, **kwargs)
 
     start_new_kernel = run_sync(async_start_new_kernel)  # nbclient binds the base method otherwise
@@ -153,6 +253,15 @@ class SandboxedExecute(Execute):
             cell.outputs = [new_output("stream", name="stdout", text=demo_cells.NOTE)] + outputs
             cell.execution_count = None
             return cell, resources
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if _is_test(cell) and gid in self._gpu_tests:
+            if self._cuda is None:
+                self._cuda = self._kernel_has_cuda(index)
+            if not self._cuda:
+                cell.outputs = [new_output("stream", name="stdout", text=NOT_GRADED_GPU + "\n")]
+                cell.execution_count = None
+                _UNGRADED_GPU.add(gid)
+                return cell, resources
         return self._run_cell(cell, resources, index)
 
     def _run_cell(self, cell, resources, index):

@@ -12,6 +12,8 @@ the gradebook of ``autograder.database.db_url`` (``COURSE_DB_URL``):
   gradebook rows are incomplete (an autograded cell without a score), folders in ``submitted/``
   with no gradebook row, and folders that changed since they were graded;
 - "lost points": per submission and cell, why (errors and stderr seen in the autograded notebook);
+- "not graded: needs a GPU kernel": GPU tests (tagged ``gpu``) that a grader without CUDA left
+  unrun; shown as ``n/g`` in the table, counted in no total, listed nowhere else;
 - "needs manual grade": the cells a person still has to grade.
 
 Scores always come from the gradebook; the report only adds reasons. Exit status 0 (1 when an
@@ -66,7 +68,7 @@ def summarize(root: Path, assignment: str, url: str) -> str:
             maximum[gid] = mx
     headers = ["student"] + ids + ["total", "state"]
     table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + [f"/{sum(maximum.values()):g}", ""]]
-    not_graded, lost, manual = [], [], []
+    not_graded, lost, manual, gpu = [], [], [], []
     for student in sorted(set(rows) | set(submitted)):
         entry = report.get(student, {})
         grades = rows.get(student)
@@ -74,13 +76,20 @@ def summarize(root: Path, assignment: str, url: str) -> str:
             table.append([student] + ["-"] * len(ids) + ["-", "no row"])
             not_graded.append(f"{student}: submitted but not in the gradebook (run make autograde)")
             continue
+        marked = gpu_tests(root, assignment) | {gid for gid, c in entry.get("cells", {}).items()
+                                                if c.get("not_graded")}
+        unrun = [gid for gid in ids if gid in marked and gid in grades
+                 and grades[gid][3] is None and grades[gid][4] is None]
         cells = []
         for gid in ids:
             if gid not in grades:
                 cells.append("-")
                 continue
             score, _, man, auto, by_hand = grades[gid]
-            cells.append("?" if man and auto is None and by_hand is None else f"{score:g}")
+            cells.append("n/g" if gid in unrun else
+                         "?" if man and auto is None and by_hand is None else f"{score:g}")
+        if unrun:
+            gpu.append(f"{student}: {', '.join(unrun)}")
         state = entry.get("state", "no report")
         table.append([student] + cells + [f"{sum(g[0] for g in grades.values()):g}", state])
         if state in (grade_class.FAILED, grade_class.REJECTED, grade_class.INTERRUPTED):
@@ -88,8 +97,8 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         elif state == grade_class.GRADING:
             not_graded.append(f"{student}: grading was interrupted (the runner stopped); the "
                               f"gradebook may hold an older or incomplete grade: re-run make autograde")
-        incomplete = [gid for gid, (_, _, man, auto, _) in grades.items()
-                      if auto is None and man and grading_kind(root, assignment).get(gid) == "auto"]
+        incomplete = [gid for gid, (_, _, man, auto, _) in grades.items() if gid not in unrun
+                      and auto is None and man and grading_kind(root, assignment).get(gid) == "auto"]
         if incomplete:
             not_graded.append(f"{student}: autograded cells without a score ({', '.join(incomplete)}): "
                               f"grading did not finish; re-run make autograde")
@@ -105,19 +114,33 @@ def summarize(root: Path, assignment: str, url: str) -> str:
                     lost.append(f"{student} {gid} {cell['score']:g}/{cell['max_score']:g}: {why}")
             for note in entry.get("notes", []):
                 lost.append(f"{student} (note) {note}")
-        todo = [gid for gid, (_, _, man, *_) in grades.items() if man]
+        todo = [gid for gid, (_, _, man, *_) in grades.items() if man and gid not in unrun]
         if todo:
             manual.append(f"{student}: {', '.join(todo)}")
     widths = [max(len(str(row[i])) for row in table) for i in range(len(headers))]
     out += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in table]
     for title, items in (("not graded", not_graded), ("lost points", lost),
-                         ("needs manual grade", manual)):
+                         (grade_class.NOT_GRADED_GPU, gpu), ("needs manual grade", manual)):
         out.append(f"-- {title} ({len(items)})")
         out += [f"  {item}" for item in items] or ["  none"]
     return "\n".join(out)
 
 
 _KINDS: dict = {}
+_GPU: dict = {}
+
+
+def gpu_tests(root: Path, assignment: str) -> set:
+    """grade_ids of the source notebook's test cells tagged ``gpu`` (cached)."""
+    key = (str(root), assignment)
+    if key not in _GPU:
+        try:
+            nb = json.loads(grading.source_path(assignment, root).read_text(encoding="utf-8"))
+            _GPU[key] = {grading.nbgrader_meta(c).get("grade_id") for c in nb.get("cells", [])
+                         if "gpu" in c.get("metadata", {}).get("tags", []) and grading.nbgrader_meta(c).get("grade")}
+        except (OSError, ValueError):
+            _GPU[key] = set()
+    return _GPU[key]
 
 
 def grading_kind(root: Path, assignment: str) -> dict:

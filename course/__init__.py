@@ -13,6 +13,10 @@
 * ``course.alerts``, ``course.replay``, ``course.distributed``: the alert policy, replay and
   rewind-and-skip, two gloo ranks with a checksum (notebook 04);
 * ``course.overlap``, ``course.valgap``: the overlap audit and the validation-gap tests (notebook 05).
+* ``course.phases``, ``course.throughput``: phase timing, the cost model, the async-save race (06);
+* ``course.manifest``, ``course.checkpoint``: run manifests, atomic checkpoints, restore (07);
+* ``course.generate``: generation on the KV cache and its consistency checks (08);
+* ``course.harness``: a multiple-choice evaluation harness and its statistics (09).
 """
 
 from .data import IGNORE, Batch, MarkovLanguage

@@ -18,7 +18,11 @@ import torch.nn.functional as F
 
 from .data import Batch, MarkovLanguage, next_token_batch, variable_length_windows
 from .model import ModelConfig, TinyGPT
+from . import harness as harness_parts  # notebook 09: the harness's healthy stages
+from . import amp as amp_parts  # notebook 10: what the loop keeps, the monitor
+from .checkpoint import restore_state
 from .generate import generate as generate_tokens
+from .phases import eval_on_schedule, log_nothing, no_checkpoint
 
 
 def token_cross_entropy(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -99,12 +103,32 @@ class Pipeline:
     # epoch-wise shuffles of course.train.batch_at
     batches: Callable[["Pipeline", int, int], Batch] | None = part(None)
     # the parts of notebook 06 (throughput)
+    # what the loop does after each update: log (run, step, loss), checkpoint (run), and whether to
+    # evaluate now (step, eval_every) -> bool; timed as the phases log, ckpt and eval
+    log_step: Callable = part(log_nothing)
+    checkpoint: Callable = part(no_checkpoint)
+    eval_due: Callable[[int, int], bool] = part(eval_on_schedule)
     # the parts of notebook 07 (checkpoints and resume)
+    # how course.train.resume puts a loaded checkpoint into a freshly started run: (run, ckpt) -> None;
+    # the reference keeps this pipeline's learning rate and hyperparameters, not the checkpoint's
+    restore: Callable = part(restore_state)
     # the parts of notebook 08 (generation)
     # how the model is run to write text: (model, prompt, max_new_tokens, temperature, top_k, greedy,
     # seed, eos_id, return_logits) -> tokens (and logits); training and evaluation never call it
     generate: Callable = part(generate_tokens)
     # the parts of notebook 09 (evaluation harness)
+    # the harness's stages (course.harness.run): the question as text, the scored continuation, the
+    # few-shot examples chosen, the context truncation, the option score and acc_norm's length
+    eval_template: Callable = part(harness_parts.plain_template)
+    eval_continuation: Callable[[str, str], str] = part(harness_parts.with_delimiter)
+    eval_fewshot: Callable[[int, int, int, int], list] = part(harness_parts.pick_fewshot)
+    eval_truncate: Callable = part(harness_parts.truncate_left)
+    eval_score: Callable = part(harness_parts.score_continuations)
+    eval_norm_length: Callable = part(harness_parts.choice_length)
+    # the parts of notebook 10 (AMP and memory), called by course.amp.run: what the loop keeps of each
+    # step's loss (loss) -> value, and the probe-batch monitor (model, batch, loss_fn) -> value
+    keep_loss: Callable = part(amp_parts.keep_float)
+    monitor: Callable = part(amp_parts.monitor_no_grad)
     bugs: tuple[str, ...] = field(default=())  # names of the bugs injected, for the record
 
     def replace(self, **changes) -> "Pipeline":

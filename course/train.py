@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from .data import Batch
+from .phases import PHASES, CostModel, WallClock, active, charge
 from .pipeline import Pipeline, warmup_then_linear
 
 HISTORY_KEYS = (
@@ -46,6 +46,8 @@ class Run:
     val: dict = field(default_factory=lambda: {"step": [], "loss": []})
     stopped: str | None = None  # why the run stopped early, if it did
     data_offset: int = 0  # batches skipped so far: step s trains on data index s + data_offset
+    # seconds per step of each phase of course.phases.PHASES (data, fwd, bwd, opt, log, ckpt, eval)
+    phases: dict = field(default_factory=lambda: {k: [] for k in PHASES})
 
     @property
     def final_val_loss(self) -> float:
@@ -94,6 +96,7 @@ def evaluate(model: torch.nn.Module, pipe: Pipeline, split: str = "val", batch_s
     pipe.eval_mode(model)
     loss_fn = pipe.loss_fn if pipe.eval_loss_fn is None else pipe.eval_loss_fn
     windows = pipe.windows(split)
+    charge(windows[:, :-1].numel() * CostModel.FWD_PER_POS, modelled_only=True)  # a cost model's view of the work
     total, count = 0.0, 0
     for i in range(0, len(windows), batch_size):
         batch = pipe.collate(windows[i:i + batch_size], pipe.language().PAD)
@@ -109,59 +112,77 @@ def _flat(params) -> torch.Tensor:
 
 
 def train_steps(run: Run, n: int, eval_every: int = 100, progress: bool = False, stop_on_nonfinite: bool = True,
-                on_step: Callable | None = None) -> Run:
+                on_step: Callable | None = None, clock=None) -> Run:
     """Run ``n`` more steps of ``run`` in place, recording every step; returns ``run``.
 
     ``on_step(run, step, batch)``, if given, is called after each step is recorded and before any
-    evaluation (e.g. to log the batch's data index or the optimizer's state)."""
+    evaluation (e.g. to log the batch's data index or the optimizer's state).
+
+    Each step is timed in the phases of ``course.phases.PHASES`` into ``run.phases`` (and the
+    older keys ``t_data``, ``t_fwd_bwd`` = fwd + bwd, ``t_opt`` of ``run.history``), read from
+    ``clock`` (default ``course.phases.WallClock()``; a ``CostModel`` gives seeded, machine-free
+    times). After the update the loop calls the pipeline's ``log_step(run, step, loss)`` and
+    ``checkpoint(run)`` parts, then evaluates if ``eval_due(run.step, eval_every)``."""
     pipe, model, opt = run.pipe, run.model, run.optimizer
     params = [p for p in model.parameters()]
     model.train()
+    clock = WallClock() if clock is None else clock
+    ph = run.phases
     bar = tqdm(range(n), desc="training", file=sys.stderr, disable=not progress, mininterval=0.5)
-    for _ in bar:
-        s = run.step
-        t0 = time.perf_counter()
-        batch = batch_at(pipe, run.seed, s + run.data_offset)
-        t1 = time.perf_counter()
-        logits = model(batch.inputs)
-        loss = pipe.loss_fn(logits, batch)
-        opt.zero_grad(set_to_none=True)
-        if loss.requires_grad:
-            loss.backward()
-        grads = [p.grad for p in params if p.grad is not None]
-        grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item() if grads else 0.0
-        if pipe.clip is not None and grads:
-            torch.nn.utils.clip_grad_norm_(params, pipe.clip)
-        t2 = time.perf_counter()
-        lr_used = opt.param_groups[0]["lr"]
-        before = _flat(params)
-        pipe.update(opt)
-        run.scheduler.step()
-        after = _flat(params)
-        t3 = time.perf_counter()
-        before_norm = torch.linalg.vector_norm(before).item()
-        finite = math.isfinite(loss.item()) and math.isfinite(grad_norm) and bool(torch.isfinite(after).all())
-        h = run.history
-        h["step"].append(s)
-        h["loss"].append(loss.item())
-        h["lr"].append(lr_used)
-        h["grad_norm"].append(grad_norm)
-        h["param_norm"].append(torch.linalg.vector_norm(after).item())
-        h["rel_update"].append(torch.linalg.vector_norm(after - before).item() / max(before_norm, 1e-12))
-        h["finite"].append(finite)
-        h["tokens"].append(int(batch.scored.sum()))
-        h["t_data"].append(t1 - t0)
-        h["t_fwd_bwd"].append(t2 - t1)
-        h["t_opt"].append(t3 - t2)
-        run.step += 1
-        if on_step is not None:
-            on_step(run, s, batch)
-        if eval_every and (run.step % eval_every == 0):
-            run.val["step"].append(run.step)
-            run.val["loss"].append(evaluate(model, pipe))
-        if not finite and stop_on_nonfinite:
-            run.stopped = f"non-finite at step {s}"
-            break
+    with active(clock):
+        for _ in bar:
+            s = run.step
+            clock.lap()
+            batch = batch_at(pipe, run.seed, s + run.data_offset)
+            t_data = clock.lap("data")
+            logits = model(batch.inputs)
+            loss = pipe.loss_fn(logits, batch)
+            t_fwd = clock.lap("fwd")
+            opt.zero_grad(set_to_none=True)
+            if loss.requires_grad:
+                loss.backward()
+            grads = [p.grad for p in params if p.grad is not None]
+            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item() if grads else 0.0
+            if pipe.clip is not None and grads:
+                torch.nn.utils.clip_grad_norm_(params, pipe.clip)
+            t_bwd = clock.lap("bwd")
+            lr_used = opt.param_groups[0]["lr"]
+            before = _flat(params)
+            pipe.update(opt)
+            run.scheduler.step()
+            after = _flat(params)
+            t_opt = clock.lap("opt")
+            before_norm = torch.linalg.vector_norm(before).item()
+            finite = math.isfinite(loss.item()) and math.isfinite(grad_norm) and bool(torch.isfinite(after).all())
+            h = run.history
+            h["step"].append(s)
+            h["loss"].append(loss.item())
+            h["lr"].append(lr_used)
+            h["grad_norm"].append(grad_norm)
+            h["param_norm"].append(torch.linalg.vector_norm(after).item())
+            h["rel_update"].append(torch.linalg.vector_norm(after - before).item() / max(before_norm, 1e-12))
+            h["finite"].append(finite)
+            h["tokens"].append(int(batch.scored.sum()))
+            h["t_data"].append(t_data)
+            h["t_fwd_bwd"].append(t_fwd + t_bwd)
+            h["t_opt"].append(t_opt)
+            run.step += 1
+            if on_step is not None:
+                on_step(run, s, batch)
+            clock.lap()  # what on_step costs is the caller's, not the loop's
+            pipe.log_step(run, s, loss)
+            t_log = clock.lap("log")
+            pipe.checkpoint(run)
+            t_ckpt = clock.lap("ckpt")
+            if pipe.eval_due(run.step, eval_every):
+                run.val["step"].append(run.step)
+                run.val["loss"].append(evaluate(model, pipe))
+            t_eval = clock.lap("eval")
+            for k, v in zip(PHASES, (t_data, t_fwd, t_bwd, t_opt, t_log, t_ckpt, t_eval)):
+                ph[k].append(v)
+            if not finite and stop_on_nonfinite:
+                run.stopped = f"non-finite at step {s}"
+                break
     bar.close()
     return run
 
@@ -178,34 +199,34 @@ def train(pipe: Pipeline, steps: int | None = None, seed: int = 0, eval_every: i
 
 
 # ----- checkpoints --------------------------------------------------------------------------------
+def checkpoint_state(run: Run) -> dict:
+    """Everything a bit-identical resume needs: weights, optimizer, scheduler, RNG and data cursor
+    (the dict ``save_checkpoint`` writes and ``resume`` hands to the pipeline's ``restore`` part)."""
+    return {
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "step": run.step,
+        "data_offset": run.data_offset,
+        "seed": run.seed,
+        "history": run.history,
+        "val": run.val,
+    }
+
+
 def save_checkpoint(run: Run, path) -> None:
-    """Everything a bit-identical resume needs: weights, optimizer, scheduler, RNG and data cursor."""
-    torch.save(
-        {
-            "model": run.model.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
-            "scheduler": run.scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "step": run.step,
-            "data_offset": run.data_offset,
-            "seed": run.seed,
-            "history": run.history,
-            "val": run.val,
-        },
-        path,
-    )
+    """Everything a bit-identical resume needs: weights, optimizer, scheduler, RNG and data cursor.
+    A plain ``torch.save`` (``course.checkpoint.save`` writes atomically and keeps the last good one)."""
+    torch.save(checkpoint_state(run), path)
 
 
 def resume(pipe: Pipeline, path) -> Run:
-    """Rebuild the run saved at ``path`` for ``pipe``; training continues from the saved step."""
+    """Rebuild the run saved at ``path`` (a path or a file object) for ``pipe``; training continues
+    from the saved step. A fresh run of ``pipe`` is started and the pipeline's ``restore`` part puts
+    the saved state into it (the reference, ``course.checkpoint.restore_state``, keeps ``pipe``'s
+    learning rate and hyperparameters rather than the checkpoint's)."""
     ckpt = torch.load(path, weights_only=False)
     run = start(pipe, ckpt["seed"])
-    run.model.load_state_dict(ckpt["model"])
-    run.optimizer.load_state_dict(ckpt["optimizer"])
-    run.scheduler.load_state_dict(ckpt["scheduler"])
-    torch.set_rng_state(ckpt["torch_rng"])
-    run.step = ckpt["step"]
-    run.data_offset = ckpt.get("data_offset", 0)
-    run.history = ckpt["history"]
-    run.val = ckpt["val"]
+    pipe.restore(run, ckpt)
     return run

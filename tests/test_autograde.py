@@ -27,6 +27,11 @@ import pytest
 
 from autograde_cases import CASES as REAL_CASES
 from autograder import demo_cells, grading, toy_course
+from autograder.sandboxed_execute import NOT_GRADED_GPU, gpu_cells
+
+# GPU tests (test cells tagged gpu) are graded only where the grading kernel has CUDA; make test-gpu
+# runs this file with GRADE_KERNEL=gpu. Elsewhere they must be recorded as not graded.
+GPU_GRADING = os.environ.get("GRADE_KERNEL", "").strip().lower() == "gpu"
 
 ASSIGNMENTS = grading.assignments()
 CASES = REAL_CASES + [c for c in toy_course.CASES if c.assignment in ASSIGNMENTS]
@@ -69,7 +74,12 @@ class Graded:
         return ["cell missing from the autograded notebook"]
 
     def auto_ids(self):
-        return {gid for gid, kind in self.kinds.items() if kind == "auto"}
+        """The autograder-test cells graded on this machine (GPU tests only under GRADE_KERNEL=gpu)."""
+        return {gid for gid, kind in self.kinds.items() if kind == "auto"} - self.gpu_ids()
+
+    def gpu_ids(self):
+        """The GPU tests that this grader leaves unrun (none under GRADE_KERNEL=gpu)."""
+        return set() if GPU_GRADING else gpu_cells(self.source)
 
     def context(self, student=None):
         """The part of the nbgrader log about ``student`` (default: its end), for failure messages."""
@@ -244,6 +254,24 @@ def test_untouched_release_earns_zero_and_fails_only_on_placeholders(graded, ass
     assert not other, f"errors other than NotImplementedError (cell, grade_id, ename, evalue): {other}"
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gpu_tests_are_recorded_as_not_graded_without_cuda(graded, assignment):
+    """Without CUDA in the grading kernel a GPU test is not run: no automatic score, a manual grade
+    needed, and the one line in its output, for every submission (never passed, never a silent 0)."""
+    run = graded(assignment)
+    if not run.gpu_ids():
+        pytest.skip("no GPU tests, or graded on a GPU kernel (GRADE_KERNEL=gpu)")
+    for student in run.students:
+        scores = run.scores(student)
+        for gid in sorted(run.gpu_ids()):
+            assert scores[gid][0] == 0 and scores[gid][2], f"{student} {gid}: {scores[gid]} (expected no " \
+                                                           f"score and needs manual grade){run.context(student)}"
+            cell = next(c for c in run.autograded(student)["cells"] if grading.nbgrader_meta(c).get("grade_id") == gid)
+            text = "".join("".join(o["text"]) if isinstance(o.get("text"), list) else o.get("text", "")
+                           for o in cell.get("outputs", []))
+            assert text.strip() == NOT_GRADED_GPU, f"{student} {gid}: output {text!r}"
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.assignment}-{c.student}" for c in CASES])
 def test_case_loses_exactly_the_expected_cells(graded, case):
     if case.assignment not in ASSIGNMENTS:
@@ -295,7 +323,7 @@ def test_export_has_every_submission(graded, assignment):
         rows = {r["student_id"]: r for r in csv.DictReader(f) if r["assignment"] == assignment}
     assert set(run.students) <= set(rows), f"missing rows: {sorted(set(run.students) - set(rows))}"
     full = sum(max_score for gid, (_, max_score, _) in run.scores(SOLUTION).items()
-               if run.kinds.get(gid) == "auto")
+               if run.kinds.get(gid) == "auto" and gid not in run.gpu_ids())
     assert float(rows[SOLUTION]["score"]) == pytest.approx(full)
     if RELEASE in rows:
         assert float(rows[RELEASE]["score"]) == 0

@@ -33,10 +33,11 @@ FAMILIES = (
     "wrong-gradient",  # notebook 03
     "late-spike",  # notebook 04
     "val-gap", "leakage",  # notebook 05
-    # notebook 06: "throughput"
-    # notebook 07: "resume"
+    "throughput",  # notebook 06
+    "resume",  # notebook 07
     "generation",  # notebook 08
-    # notebook 09: "evaluation"
+    "evaluation",  # notebook 09
+    "amp-memory",  # notebook 10
 )
 
 

@@ -1,0 +1,260 @@
+"""Notebook 10: mixed precision (autocast, GradScaler) and memory, on CPU and, where there is one, a GPU.
+
+What runs everywhere (CPU included):
+
+* ``dtype_facts``: range and precision of float16, bfloat16 and float32 (``torch.finfo``).
+* ``scaled_step``: the reference update under ``torch.amp.GradScaler`` (scale, backward, unscale,
+  clip, step, update), returning whether the optimizer step was skipped. ``scaler.step`` itself
+  returns what ``optimizer.step()`` returned (``None`` for the built-in optimizers) whether it
+  stepped or not: a skip shows as the scale falling across ``update()``.
+* ``SavedTensors``: a meter of the bytes that autograd holds for backward (saved tensors), by a
+  ``saved_tensors_hooks`` pair; deterministic, so it works as a test on CPU.
+* ``run``: a short bf16-autocast training loop on a ``Pipeline`` that calls the two parts of
+  notebook 10, ``keep_loss`` (what the loop keeps of each step's loss for its history) and
+  ``monitor`` (a loss on a fixed probe batch each step), and records per step the saved bytes still
+  alive and how many of the step losses are still referenced.
+
+GPU only (each raises ``RuntimeError`` without CUDA): ``cuda_step_times``, ``phase_peaks`` and
+``snapshot_growth``, used by notebook 10's GPU sections.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+SKIP_LINE = "needs a CUDA GPU: skipped"
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+# ----- formats -------------------------------------------------------------------------------------
+def dtype_facts() -> dict[str, dict[str, float]]:
+    """Largest finite value, smallest normal, and epsilon (gap above 1) of each format."""
+    return {str(d).replace("torch.", ""): {"max": float(torch.finfo(d).max), "tiny": float(torch.finfo(d).tiny),
+                                           "eps": float(torch.finfo(d).eps)}
+            for d in (torch.float16, torch.bfloat16, torch.float32)}
+
+
+# ----- GradScaler ----------------------------------------------------------------------------------
+def scaled_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler, loss: torch.Tensor,
+                clip: float | None = None) -> bool:
+    """One update under a GradScaler; True if the optimizer step was skipped (non-finite gradients).
+
+    Clipping happens on unscaled gradients (``unscale_`` first), so ``clip`` is in the units of the
+    loss, not of the scaled loss."""
+    scaler.scale(loss).backward()
+    if clip is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    before = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return scaler.get_scale() < before
+
+
+def toy_problem(seed: int, poison: bool = False, dim: int = 6):
+    """A linear model, plain SGD (lr 1) and a loss whose gradient has a known global norm; with
+    ``poison`` one input is inf, so the gradient holds inf and NaN. Returns (model, optimizer, loss)."""
+    g = torch.Generator().manual_seed(seed)
+    model = torch.nn.Linear(dim, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.randn(1, dim, generator=g))
+    x = torch.randn(dim, generator=g) * (1 + 4 * torch.rand(1, generator=g))
+    if poison:
+        x[int(torch.randint(dim, (1,), generator=g))] = float("inf")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    loss = (model.weight[0] * x).sum()  # gradient wrt the weight is x
+    return model, optimizer, loss
+
+
+# ----- memory kept for backward --------------------------------------------------------------------
+class _Held:
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+class SavedTensors:
+    """Inside ``with meter:``, every tensor autograd saves for backward is counted while its graph
+    holds it: ``meter.bytes`` and ``meter.count`` are what is alive now. Backward frees a graph's
+    saved tensors; a graph nobody runs backward on holds them until its last reference goes."""
+
+    def __init__(self):
+        self.bytes = 0
+        self.count = 0
+        self._hooks = None
+
+    def _pack(self, t):
+        # detached: a packed object that held the tensor itself would hold its grad_fn, a cycle
+        # through the graph that keeps a dropped graph (an output saved by its own node) alive
+        held = _Held(t.detach())
+        n = t.numel() * t.element_size()
+        self.bytes += n
+        self.count += 1
+        weakref.finalize(held, self._release, n)
+        return held
+
+    def _release(self, n):
+        self.bytes -= n
+        self.count -= 1
+
+    def __enter__(self):
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda held: held.tensor)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)
+        return False
+
+
+# ----- the parts of notebook 10 and the loop that calls them ----------------------------------------
+def keep_float(loss: torch.Tensor):
+    """The reference ``keep_loss``: a Python float, so the history holds no graph."""
+    return loss.item()
+
+
+def probe_loss(model: torch.nn.Module, batch, loss_fn) -> torch.Tensor:
+    """The loss of ``model`` on ``batch`` as the pipeline scores it (no autocast, grad mode as is)."""
+    return loss_fn(model(batch.inputs), batch)
+
+
+def monitor_no_grad(model: torch.nn.Module, batch, loss_fn) -> float:
+    """The reference ``monitor``: the probe batch's loss, without building a graph, as a float."""
+    with torch.no_grad():
+        return float(probe_loss(model, batch, loss_fn))
+
+
+@dataclass
+class MemoryRun:
+    losses: list = field(default_factory=list)  # each step's training loss, float
+    kept: list = field(default_factory=list)  # what keep_loss returned, as the loop keeps it
+    monitor: list = field(default_factory=list)  # what monitor returned, as the loop keeps it
+    monitor_expected: list = field(default_factory=list)  # the probe loss computed the reference way
+    saved_bytes: list = field(default_factory=list)  # bytes saved for backward still alive after each step
+    losses_alive: list = field(default_factory=list)  # step losses still referenced after each step
+
+
+def run(pipe, steps: int = 6, seed: int = 0, autocast: bool = True) -> MemoryRun:
+    """``steps`` training steps of ``pipe`` under bf16 autocast on CPU (no scaler: bf16 has float32's
+    range), calling its ``keep_loss`` and ``monitor`` parts each step, with the memory meters."""
+    from .train import batch_at
+    model = pipe.build_model(seed)
+    optimizer = pipe.make_optimizer(model, pipe)
+    probe = pipe.collate(pipe.windows("val")[:16], pipe.language().PAD)
+    out, refs = MemoryRun(), []
+    with SavedTensors() as meter:
+        for step in range(steps):
+            batch = batch_at(pipe, seed, step)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = pipe.loss_fn(model(batch.inputs), batch)
+            refs.append(weakref.ref(loss))
+            loss.backward()
+            pipe.update(optimizer)
+            optimizer.zero_grad(set_to_none=True)
+            out.losses.append(loss.detach().item())
+            out.kept.append(pipe.keep_loss(loss))
+            out.monitor.append(pipe.monitor(model, probe, pipe.loss_fn))
+            with torch.no_grad():  # the reference, inline (grading switches off monitor_no_grad)
+                out.monitor_expected.append(probe_loss(model, probe, pipe.loss_fn).item())
+            del loss
+            out.saved_bytes.append(meter.bytes)
+            out.losses_alive.append(sum(r() is not None for r in refs))
+    return out
+
+
+def growth(values: list) -> float:
+    """Last minus first of a per-step series (0 for a flat one)."""
+    return float(values[-1] - values[0])
+
+
+def _number(x) -> float:
+    return x.detach().item() if torch.is_tensor(x) else float(x)
+
+
+def memory_problems(r: MemoryRun) -> list[str]:
+    """The reference check of a run: nothing grows, the history holds numbers equal to the losses,
+    and the monitor says what the probe's loss is."""
+    found = []
+    if growth(r.saved_bytes) > 0:
+        found.append(f"saved-for-backward bytes grow by {growth(r.saved_bytes):.0f} over the run")
+    if growth(r.losses_alive) > 0:
+        found.append(f"{r.losses_alive[-1]} step losses are still referenced after the run")
+    if any(torch.is_tensor(k) and k.requires_grad for k in r.kept + r.monitor):
+        found.append("the history keeps tensors that require grad")
+    if any(abs(_number(k) - v) > 1e-5 for k, v in zip(r.kept, r.losses)):
+        found.append("the kept losses are not the step losses")
+    if any(abs(_number(m) - e) > 1e-4 for m, e in zip(r.monitor, r.monitor_expected)):
+        found.append("the monitor does not report the probe batch's loss")
+    return found
+
+
+# ----- GPU only --------------------------------------------------------------------------------------
+def _need_cuda():
+    if not torch.cuda.is_available():
+        raise RuntimeError(SKIP_LINE)
+
+
+def cuda_step_times(model: torch.nn.Module, inputs, targets, steps: int = 20) -> dict[str, float]:
+    """Median seconds per training step on CUDA in fp32, bf16 autocast, and fp16 autocast with a
+    GradScaler (events, after a warm-up of 3 steps)."""
+    _need_cuda()
+    model = model.cuda()
+    inputs, targets = inputs.cuda(), targets.cuda()
+    times = {}
+    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        scaler = torch.amp.GradScaler("cuda", enabled=dtype is torch.float16)
+        per = []
+        for i in range(steps + 3):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+                loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+            end.record()
+            torch.cuda.synchronize()
+            if i >= 3:
+                per.append(start.elapsed_time(end) / 1000)
+        times[name] = sorted(per)[len(per) // 2]
+    return times
+
+
+def phase_peaks(phases: dict) -> dict[str, dict[str, int]]:
+    """For each ``name: fn`` run in order: bytes allocated after it, reserved after it, and the peak
+    allocated during it (``reset_peak_memory_stats`` before each)."""
+    _need_cuda()
+    out = {}
+    for name, fn in phases.items():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        out[name] = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(),
+                     "peak": torch.cuda.max_memory_allocated()}
+    return out
+
+
+def snapshot_growth(snapshot: dict, top: int = 3) -> list[tuple[int, str]]:
+    """From ``torch.cuda.memory._snapshot()``: the live bytes per allocating stack (the innermost
+    frames of a course or notebook file), largest first."""
+    per = {}
+    for seg in snapshot.get("segments", []):
+        for block in seg.get("blocks", []):
+            if block.get("state") != "active_allocated":
+                continue
+            frames = block.get("frames", [])
+            mine = [f for f in frames if "site-packages" not in f.get("filename", "") and "/torch/" not in f.get("filename", "")]
+            key = " <- ".join(f"{f.get('filename', '?').rsplit('/', 1)[-1]}:{f.get('line', '?')}" for f in mine[:2]) or "(no python frame)"
+            per[key] = per.get(key, 0) + block.get("size", 0)
+    return sorted(((b, k) for k, b in per.items()), reverse=True)[:top]

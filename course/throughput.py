@@ -1,0 +1,383 @@
+"""Throughput (notebook 06): where a step's time goes, and what makes tokens/s drop at step N.
+
+* **Phases.** ``course.train.train_steps`` times each step in seven phases (``course.phases.PHASES``:
+  data, fwd, bwd, opt, log, ckpt, eval) into ``run.phases``. ``step_times(run)`` adds them up;
+  ``stacked_plot`` draws them per step; ``tokens_per_second`` turns them into throughput, counting
+  either **scored target tokens** (real work) or **padded positions** (what the hardware did).
+* **Traces from a seeded cost model.** ``traced(pipe, seed)`` trains ``pipe`` for ``TRACE_STEPS``
+  steps under ``course.phases.CostModel`` (documented there): phase times that do not depend on this
+  machine or how busy it is, with healthy noise (+-15% per phase, and a few isolated slow steps).
+  Bugs of the ``throughput`` family charge their modelled costs to it. Grading uses these traces.
+* **A regression check.** ``regressions(run, baseline)`` compares each phase, step by step, with a
+  healthy baseline trace of the same shape; ``slow_phase`` names the phase. Both are the package's
+  own answers to the notebook's exercise, switched off while a learner's answer is graded.
+* **The async-save race.** ``AsyncSaver`` serialises a snapshot on a background thread; ``hold`` (a
+  ``threading.Event``) makes the thread wait until the trainer has run more steps, so the race is
+  forced, not left to luck. ``live_state`` hands the thread the live tensors (the bug);
+  ``snapshot`` copies them at the step (the fix). ``race`` runs the schedule and compares the saved
+  tensors with a copy of the state at the requested step, bit for bit.
+* **FLOPs and MFU.** ``counted_flops`` (``torch.utils.flop_counter.FlopCounterMode``),
+  ``rule_flops`` (6 N per token plus attention), ``matmul_peak`` (a timed matmul on this machine).
+* **What instrumentation costs.** ``overhead`` alternates blocks of steps with per-layer telemetry
+  on and off in one run and compares the medians.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import statistics
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+from .data import next_token_batch
+from .phases import PHASES, CostModel, eval_on_schedule, log_nothing, no_checkpoint
+from .pipeline import Pipeline
+
+TRACE_STEPS = 24
+CAUSES = ("healthy", "data", "eval", "checkpoint", "logging")
+PHASE_CAUSE = {"data": "data", "eval": "eval", "ckpt": "checkpoint", "log": "logging"}
+# where each cause lives, and the reference value of that field
+REFERENCES = {"checkpoint": {"checkpoint": no_checkpoint}, "eval": {"eval_due": eval_on_schedule},
+              "logging": {"log_step": log_nothing}, "data": {"batches": None, "collate": next_token_batch}}
+
+
+# ----- phases -------------------------------------------------------------------------------------
+def step_times(run) -> list[float]:
+    """Seconds per step: the sum of the phases."""
+    return [sum(v) for v in zip(*(run.phases[p] for p in PHASES))]
+
+
+def positions(pipe: Pipeline) -> int:
+    """Positions a step computes (batch x window length), padding included."""
+    return pipe.batch_size * pipe.seq_len
+
+
+def tokens_per_second(run, real: bool = True) -> list[float]:
+    """Per step: scored target tokens per second (``real``), or padded positions per second."""
+    work = run.history["tokens"] if real else [positions(run.pipe)] * len(run.history["tokens"])
+    return [w / t for w, t in zip(work, step_times(run))]
+
+
+def stacked_plot(run, ax=None, title: str = "", unit: float = 1e3):
+    """Phase times per step, stacked (milliseconds)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.gca()
+    steps = run.history["step"][:len(run.phases["data"])]
+    ax.stackplot(steps, *[[t * unit for t in run.phases[p]] for p in PHASES], labels=PHASES)
+    ax.axhline(statistics.median(step_times(run)) * unit, color="black", linestyle=":", linewidth=1,
+               label="median step")
+    ax.set_xlabel("step")
+    ax.set_ylabel("time per step (ms)")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def phase_medians(run) -> dict[str, float]:
+    return {p: statistics.median(run.phases[p]) for p in PHASES}
+
+
+# ----- traces from the cost model -----------------------------------------------------------------
+_TRACES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def n_params(pipe: Pipeline) -> int:
+    return sum(p.numel() for p in pipe.build_model(0).parameters())
+
+
+def traced(pipe: Pipeline, seed: int = 0, steps: int = TRACE_STEPS):
+    """``pipe`` trained for ``steps`` steps from ``seed``, timed by a ``CostModel`` whose noise is seeded
+    by ``seed`` and the pipeline's own data seeds (remembered: a second call is free). No evaluation
+    is scheduled (``eval_every=0``)."""
+    from .train import start, train_steps
+
+    key = (seed, steps)
+    cache = _TRACES.setdefault(pipe, {})
+    if key not in cache:
+        model_seed = hash((seed, pipe.language_seed, pipe.data_seed, pipe.val_seed)) % 2**31
+        clock = CostModel(model_seed, positions(pipe), n_params(pipe))
+        run = start(pipe, seed)
+        cache[key] = train_steps(run, steps, eval_every=0, clock=clock)
+    return cache[key]
+
+
+def regressions(run, baseline, factor: float = 3.0, floor: float = 1e-3, min_steps: int = 4) -> dict[str, int]:
+    """Phases that are slow in ``run`` on at least ``min_steps`` steps, with the number of such steps.
+
+    A step is slow in a phase when that phase takes more than ``factor`` x the baseline's median of
+    the phase plus ``floor`` seconds. One or two slow steps are noise (a busy machine); a regression
+    repeats (periodic), persists (from a step on) or grows."""
+    ref = phase_medians(baseline)
+    found = {}
+    for p in PHASES:
+        n = sum(t > factor * ref[p] + floor for t in run.phases[p])
+        if n >= min_steps:
+            found[p] = n
+    return found
+
+
+def slow_phase(run, baseline) -> str:
+    """The cause of ``CAUSES`` whose phase has the largest excess over the baseline, or ``"healthy"``."""
+    found = regressions(run, baseline)
+    if not found:
+        return "healthy"
+    ref = phase_medians(baseline)
+    excess = {p: sum(max(0.0, t - ref[p]) for t in run.phases[p]) for p in found}
+    return PHASE_CAUSE.get(max(excess, key=excess.get), "healthy")
+
+
+def problems(pipe: Pipeline, baseline_pipe: Pipeline, seed: int = 0) -> list[str]:
+    """What ``regressions`` finds in ``traced(pipe, seed)`` against ``traced(baseline_pipe, seed)``."""
+    found = regressions(traced(pipe, seed), traced(baseline_pipe, seed))
+    return [f"the {p} phase is slow on {n} of {TRACE_STEPS} steps" for p, n in found.items()]
+
+
+# ----- the async-save race ------------------------------------------------------------------------
+def live_state(model, optimizer) -> dict:
+    """What a checkpoint holds, as the live objects: ``model.state_dict()`` and
+    ``optimizer.state_dict()`` share storage with the tensors that training updates in place."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+
+def snapshot(model, optimizer) -> dict:
+    """The same dictionary, with every tensor copied now (the fix)."""
+    return copy.deepcopy(live_state(model, optimizer))
+
+
+class AsyncSaver:
+    """Serialise checkpoints on background threads, so the training thread does not wait.
+
+    ``save(model, optimizer, step, hold)`` calls ``take(model, optimizer)`` on the calling thread (at
+    the step), then a thread serialises what it returned with ``torch.save``. If ``hold`` (a
+    ``threading.Event``) is given, the thread waits for it first: the caller decides when the write
+    happens, which makes a race reproducible. ``join()`` waits for every write; ``load(step)`` reads
+    one back."""
+
+    def __init__(self, take=live_state):
+        self.take = take
+        self.saved: dict[int, bytes] = {}
+        self.threads: list[threading.Thread] = []
+
+    def save(self, model, optimizer, step: int, hold: threading.Event | None = None) -> None:
+        state = self.take(model, optimizer)
+
+        def write():
+            if hold is not None:
+                hold.wait(timeout=60)
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            self.saved[step] = buffer.getvalue()
+
+        thread = threading.Thread(target=write, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join()
+        self.threads.clear()
+
+    def load(self, step: int) -> dict:
+        return torch.load(io.BytesIO(self.saved[step]), weights_only=False)
+
+
+def _tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor of a nested checkpoint dictionary, by path."""
+    out = {}
+    if isinstance(tree, torch.Tensor):
+        out[prefix] = tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            out.update(_tensors(v, f"{prefix}/{k}"))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            out.update(_tensors(v, f"{prefix}/{i}"))
+    return out
+
+
+@dataclass
+class RaceResult:
+    step: int  # the step the checkpoint was requested at
+    steps_after: int  # steps trained before the background write was let go
+    differ: list[str] = field(default_factory=list)  # tensors that differ from the state at `step`
+    missing: list[str] = field(default_factory=list)  # tensors of the state the checkpoint lacks
+    compared: int = 0
+    run_changed: bool = False  # did taking the snapshot change the training run?
+
+    @property
+    def exact(self) -> bool:
+        return not self.differ and not self.missing and self.compared > 0 and not self.run_changed
+
+
+def race(pipe: Pipeline, take, save_at: int = 4, steps_after: int = 3, seed: int = 0) -> RaceResult:
+    """The adversarial schedule: train ``save_at`` steps, ask an ``AsyncSaver(take)`` for a
+    checkpoint, train ``steps_after`` more steps while its thread waits on an ``Event``, then let it
+    write. The checkpoint is compared, tensor by tensor (``torch.equal``), with a deep copy of
+    ``live_state`` taken at the requested step, and the run's final parameters with a run that saved
+    nothing (a snapshot must not change training)."""
+    from .train import start, train_steps
+
+    run = start(pipe, seed)
+    train_steps(run, save_at, eval_every=0)
+    reference = copy.deepcopy(live_state(run.model, run.optimizer))
+    saver, hold = AsyncSaver(take), threading.Event()
+    saver.save(run.model, run.optimizer, run.step, hold)
+    train_steps(run, steps_after, eval_every=0)
+    hold.set()
+    saver.join()
+    saved = _tensors(saver.load(save_at)) if save_at in saver.saved else {}
+    expected = _tensors(reference)
+    result = RaceResult(save_at, steps_after, compared=len(expected))
+    for name, t in expected.items():
+        if name not in saved:
+            result.missing.append(name)
+        elif saved[name].shape != t.shape or not torch.equal(saved[name], t):
+            result.differ.append(name)
+    control = start(pipe, seed)
+    train_steps(control, save_at + steps_after, eval_every=0)
+    result.run_changed = not all(torch.equal(a, b) for a, b in zip(run.model.parameters(), control.model.parameters()))
+    return result
+
+
+def resume_from(pipe: Pipeline, state: dict, scheduler_state: dict, step: int, seed: int = 0):
+    """A fresh run of ``pipe`` continued from a checkpoint ``state`` (``{"model", "optimizer"}``), the
+    scheduler's state and the step (the data cursor) it was taken at. The pipelines of this notebook
+    have no dropout, so no RNG state is needed."""
+    from .train import start
+
+    run = start(pipe, seed)
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(scheduler_state)
+    run.step = step
+    return run
+
+
+def same_parameters(a, b) -> bool:
+    """Bit-identical parameters of two models."""
+    return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+# ----- FLOPs, peak and MFU --------------------------------------------------------------------------
+def counted_flops(pipe: Pipeline, seed: int = 0) -> tuple[int, dict]:
+    """FLOPs of one training step's forward and backward, counted by ``FlopCounterMode`` (a matmul of
+    (M, K) by (K, N) is 2 M N K; elementwise ops, softmax and layer norm count 0), and the count per
+    operator."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .train import batch_at
+
+    model = pipe.build_model(seed)
+    batch = batch_at(pipe, seed, 0)
+    with FlopCounterMode(display=False) as counter:
+        pipe.loss_fn(model(batch.inputs), batch).backward()
+    per_op = {str(op).split(".")[-1] if "." in str(op) else str(op): n
+              for op, n in counter.get_flop_counts().get("Global", {}).items()}
+    return counter.get_total_flops(), per_op
+
+
+def rule_flops(pipe: Pipeline) -> dict[str, float]:
+    """The rule of thumb per training step: 6 N per position (N: the parameters of the matmuls, i.e.
+    without the embedding tables), plus attention's two T x T matmuls per layer (QK^T and AV, 2 x 2 T d
+    FLOPs per position forward), times 3 for forward plus backward. Positions include padding."""
+    model = pipe.build_model(0)
+    n_matmul = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("tok", "pos")))
+    pos = positions(pipe)
+    T, d, L = pipe.seq_len, pipe.model.d_model, pipe.model.n_layer
+    six_n = 6 * n_matmul * pos
+    attention = 3 * L * 2 * 2 * T * d * pos
+    return {"N": n_matmul, "6N": six_n, "attention": attention, "total": six_n + attention}
+
+
+def matmul_peak(n: int = 256, repeats: int = 20, rounds: int = 5) -> float:
+    """This machine's float32 matmul rate in FLOP/s on the current number of threads: the best of
+    ``rounds`` timings of ``repeats`` (n x n) @ (n x n) products (2 n^3 FLOPs each)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(a, b)
+        best = min(best, (time.perf_counter() - t0) / repeats)
+    return 2 * n ** 3 / best
+
+
+# ----- profiler and instrumentation cost ----------------------------------------------------------
+def profile_steps(run, wait: int = 1, warmup: int = 1, active: int = 3):
+    """Profile ``wait + warmup + active`` steps of ``run`` with ``torch.profiler.schedule``; returns
+    the profiler (read it with ``key_averages()``)."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from .train import train_steps
+
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=wait, warmup=warmup, active=active)) as prof:
+        for _ in range(wait + warmup + active):
+            train_steps(run, 1, eval_every=0)
+            prof.step()
+    return prof
+
+
+def overhead(run, blocks: int = 6, block: int = 8) -> dict[str, float]:
+    """Per-layer telemetry (``course.telemetry``: seven statistics per parameter tensor, each an
+    ``.item()``) switched on and off in alternating blocks of one run; the median step time of each
+    and their ratio."""
+    from .telemetry import Telemetry
+    from .train import train_steps
+
+    named = [(n, p) for n, p in run.model.named_parameters() if p.requires_grad]
+    tel = Telemetry([n for n, _ in named])
+    plain_pipe = run.pipe
+    on_pipe = plain_pipe.replace(update=tel.wrap(plain_pipe.update, [p for _, p in named]))
+    times = {"off": [], "on": []}
+    try:
+        for i in range(blocks):
+            mode = "on" if i % 2 else "off"
+            run.pipe = on_pipe if mode == "on" else plain_pipe
+            first = len(run.phases["data"])
+            train_steps(run, block, eval_every=0)
+            times[mode] += step_times(run)[first + 1:]  # the first step of a block pays the switch
+    finally:
+        run.pipe = plain_pipe
+    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    return {"off": off, "on": on, "ratio": on / off}
+
+
+# ----- a widget -----------------------------------------------------------------------------------
+def interval_explorer(traces: dict):
+    """A slider over checkpoint intervals (the keys of ``traces``: runs traced under the cost model);
+    each position shows that run's stacked phases and a summary. Returns a ``VBox`` with ``.slider``,
+    ``.summary`` and ``.output``."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    keys = list(traces)
+    slider = widgets.SelectionSlider(options=keys, value=keys[0], description="save every",
+                                     style={"description_width": "initial"}, continuous_update=False)
+    summary, output = widgets.HTML(), widgets.Output()
+    ref = statistics.median(step_times(traces[keys[-1]]))
+
+    def update(change=None) -> None:
+        run = traces[slider.value]
+        times = step_times(run)
+        summary.value = (f"save every <b>{slider.value}</b> steps: mean step {1e3 * statistics.mean(times):.2f} ms, "
+                         f"median {1e3 * statistics.median(times):.2f} ms; "
+                         f"{sum(t > 2 * ref for t in times)} of {len(times)} steps over twice the median")
+        output.clear_output(wait=True)
+        with output:
+            fig, ax = plt.subplots(figsize=(7, 3))
+            stacked_plot(run, ax, title=f"synchronous checkpoint every {slider.value} steps (cost model)")
+            ax.legend(fontsize=7, ncol=4)
+            plt.show()
+
+    slider.observe(update, names="value")
+    update()
+    box = widgets.VBox([slider, summary, output])
+    box.slider, box.summary, box.output = slider, summary, output
+    return box

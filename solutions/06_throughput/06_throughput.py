@@ -1,0 +1,605 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (debug course)
+#     language: python
+#     name: debug-course
+# ---
+
+# %% [markdown]
+# # 06 · Throughput: tokens/s drops at step N
+#
+# **What you learn.**
+# * Time a training step in **phases** (data wait, forward, backward, optimizer, logging, checkpoint,
+#   evaluation) and find which phase a slowdown lives in, against a healthy baseline, phase by phase.
+# * A **synchronous checkpoint** delays its own step and not the steps after it: measured here.
+# * Saving a live `state_dict` from a background thread **races** with training: make the race happen
+#   on purpose (a `threading.Event`), see the checkpoint hold a mixture of steps, fix it with a copy
+#   taken at the step and prove the fixed checkpoint equal to that state bit for bit.
+# * Count **real tokens** (scored targets), not padded positions.
+# * Read a scheduled `torch.profiler` trace; count FLOPs with `FlopCounterMode` against the
+#   6·N·tokens rule; compute MFU with every convention stated; measure what instrumentation costs.
+# * Debug a **mystery pipeline**: a falsifying test, the slow phase, the fix, graded on pipelines you
+#   have never seen.
+#
+# **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
+# yours). **GPU:** not needed anywhere.
+
+# %%
+import statistics
+
+import matplotlib.pyplot as plt
+import torch
+
+torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
+_ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
+
+# %% [markdown]
+# ## Where a step's time goes
+#
+# A small version of the course pipeline (one layer, 16-token windows, batches of 16). The training
+# loop (`course.train.train_steps`) times every step in seven phases and keeps them in `run.phases`:
+# `data` (fetch and collate the batch), `fwd` (forward and loss), `bwd` (backward, gradient norm,
+# clipping), `opt` (optimizer and scheduler), then three parts of the pipeline that run after the
+# update: `log` (`log_step`), `ckpt` (`checkpoint`) and `eval` (evaluation, when `eval_due` says so).
+# The healthy parts log nothing extra, save nothing inside the step, and evaluate every `eval_every`
+# steps. Here a real run, on this machine's clock, evaluating every 20 steps:
+
+# %%
+from course import ModelConfig, Pipeline
+from course import throughput
+from course.bugs import inject
+from course.phases import PHASES
+from course.train import start, train_steps
+
+BASE = Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                          n_train=2048, n_val=128, batch_size=16, steps=48, lr=3e-2, warmup=10)
+print("phases:", PHASES)
+
+# %% tags=["demo"]
+healthy_wall = train_steps(start(BASE, seed=0), 60, eval_every=20)
+fig, ax = plt.subplots(figsize=(8, 3))
+throughput.stacked_plot(healthy_wall, ax, title="healthy run, real clock (eval every 20 steps)")
+ax.legend(fontsize=7, ncol=4)
+plt.show()
+
+# %% [markdown]
+# The evaluation steps stand out: they are scheduled, so they are not a regression, but a dashboard
+# that averages tokens/s over a window containing one will dip. The medians per phase, in
+# milliseconds (they change from run to run and machine to machine):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+print({p: round(1e3 * m, 3) for p, m in throughput.phase_medians(healthy_wall).items()})
+
+# %% [markdown]
+# ## A clock that does not depend on this machine
+#
+# Wall-clock times move with the load of the machine; a grader that compared them would flake. So
+# this notebook also runs the same loop under `course.phases.CostModel`: a **seeded model** of what
+# each phase costs (proportional to the positions computed and the parameters updated, with ±15%
+# noise per phase, a slow first step, and a few isolated slow steps, as a shared machine has). A
+# bug's extra work is charged to the clock that runs: a slow disk, a device synchronisation or a
+# stalled data server *sleeps* under the real clock and is *added* under the cost model. Read the
+# docstrings of `course.phases.CostModel` and `course.bugs.throughput` for the numbers.
+# `throughput.traced(pipe, seed)` trains a pipeline for 24 steps under the cost model and remembers
+# the run.
+
+# %%
+help(throughput.traced)
+
+# %% [markdown]
+# ## The symptom
+#
+# A run whose tokens/s drops partway and stays down. Throughput is counted in **scored target
+# tokens** per second (here every window is full, so it equals positions per second).
+
+# %% tags=["demo"]
+symptom_pipe = inject(BASE, "data-source-stalls")
+symptom_run = throughput.traced(symptom_pipe, seed=0)
+baseline = throughput.traced(BASE, seed=1)  # a healthy run of the same shape, another seed
+
+# %% tags=["demo"]
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.2))
+for run, label in ((baseline, "healthy"), (symptom_run, "the symptom")):
+    axes[0].plot(run.history["step"], [t / 1e3 for t in throughput.tokens_per_second(run)], "o-", ms=3, label=label)
+axes[0].axhline(statistics.median(throughput.tokens_per_second(baseline)) / 1e3, color="grey", linestyle=":",
+                label="healthy median")
+axes[0].set_xlabel("step")
+axes[0].set_ylabel("thousand scored tokens / s (cost model)")
+axes[0].legend(fontsize=8)
+throughput.stacked_plot(symptom_run, axes[1], title="the symptom, by phase")
+axes[1].legend(fontsize=7, ncol=4)
+plt.show()
+
+# %% [markdown]
+# ## Competing hypotheses, and one test for all of them
+#
+# | hypothesis | prediction |
+# |---|---|
+# | a checkpoint saved on the training thread | the `ckpt` phase is slow, on every k-th step |
+# | evaluation running too often | the `eval` phase is slow |
+# | logging that synchronises or grows | the `log` phase is slow, constant or growing |
+# | the data source | the `data` phase is slow |
+#
+# One test separates them: compare each phase, step by step, with the same phase of a healthy
+# baseline of the same shape. `throughput.regressions(run, baseline)` counts the steps on which a
+# phase takes more than 3× the baseline's median of that phase plus 1 ms, and reports a phase that
+# is slow on at least 4 steps (one or two slow steps are a busy machine, not a regression). The
+# negative control is a healthy run on another seed:
+
+# %% tags=["demo"]
+print("the symptom:     ", throughput.regressions(symptom_run, baseline))
+print("healthy, seed 2: ", throughput.regressions(throughput.traced(BASE, seed=2), baseline))
+
+# %% [markdown]
+# ## Closing the loop
+#
+# The data phase is slow from one step on. In a real job the fix at the right depth is in the data
+# source (prefetching, a healthy server); a lower learning rate or a smaller model would raise
+# tokens/s and leave the stall in place. Here the fix is to put the reference batch stream back
+# (`batches=None`), and the same check, on a fresh seed, must be quiet:
+
+# %% tags=["demo"]
+fixed_pipe = symptom_pipe.replace(batches=None)
+for name, p in {"before the fix": symptom_pipe, "after the fix": fixed_pipe}.items():
+    print(f"{name:>15}: {throughput.regressions(throughput.traced(p, seed=3), baseline)}")
+
+# %% [markdown]
+# ## The catalogue
+#
+# Every bug of this notebook's family (`course.bugs.catalogue("throughput")`), traced under the cost
+# model. Each slows one phase, in its own pattern: periodic, constant, growing, or from step N on.
+
+# %% tags=["demo"]
+from course.bugs import catalogue
+
+bugs = catalogue("throughput")
+fig, axes = plt.subplots(2, 3, figsize=(13, 6), sharey=True)
+for ax, b in zip(axes.flat, bugs):
+    run = throughput.traced(inject(BASE, b.name), seed=0)
+    throughput.stacked_plot(run, ax, title=b.name)
+    print(f"{b.name:>30}: {throughput.regressions(run, baseline)}   ({b.symptom})")
+axes[0, 0].legend(fontsize=7, ncol=2)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## A synchronous checkpoint delays its own step, not the later ones
+#
+# A checkpoint written on the training thread every 8 steps, on the real clock (the slow disk is a
+# sleep of the modelled write time). After a save, training continues on the same thread with the
+# same tensors, so nothing should make the following steps slower.
+#
+# **Predict.** The median time of the step right after each save, divided by the median of the
+# steps that neither save nor follow a save: about `1`, about `2`, or more?
+
+# %%
+prediction = None  # your guess: the ratio (a number)
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+from course.bugs.throughput import SyncCheckpoint
+from course.record import reveal
+
+ckpt_wall = train_steps(start(BASE.replace(checkpoint=SyncCheckpoint(8)), seed=0), 48, eval_every=0)
+times = throughput.step_times(ckpt_wall)
+saving = [s for s in range(1, len(times)) if (s + 1) % 8 == 0]  # run.step after step s is s + 1
+after = [s + 1 for s in saving if s + 1 < len(times)]
+others = [s for s in range(1, len(times)) if s not in saving and s not in after]
+med = {k: statistics.median(times[s] for s in v) for k, v in {"saving": saving, "after": after, "others": others}.items()}
+print({k: f"{1e3 * v:.2f} ms" for k, v in med.items()}, f"saving / others: {med['saving'] / med['others']:.1f}")
+reveal("step after a save / other steps", prediction, round(med["after"] / med["others"], 2))
+
+# %% [markdown]
+# The save costs its own step, several times a normal one. The step after it costs about what any
+# step costs (a little more at most: the caches went cold while the save ran), nowhere near the save.
+# So a run that stays slow *after* its first checkpoint has another cause (a background job
+# competing for the same cores, memory pressure, a data source), and the checkpoint is at most a
+# coincidence. The explorer below shows traces under the cost model for several intervals: a longer
+# interval makes fewer steps slow, not each of them faster.
+
+# %% tags=["demo"]
+interval_traces = {k: throughput.traced(BASE.replace(checkpoint=SyncCheckpoint(k)), seed=0) for k in (2, 4, 8, 16)}
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+explorer = throughput.interval_explorer(interval_traces)
+explorer
+
+# %% [markdown]
+# ## The async-save race
+#
+# The usual cure for a slow save is to write it from a background thread. If the thread is handed
+# `model.state_dict()` and `optimizer.state_dict()` as they are, it holds the **live** tensors: the
+# state dict shares storage with the parameters and with Adam's moments, and training keeps updating
+# them in place. Whatever the thread writes is the state at the moment each tensor is serialised, not
+# at the step the checkpoint was asked for.
+#
+# A race that shows up only sometimes teaches nothing, so `throughput.race` forces it: the saver's
+# thread waits on a `threading.Event` until the trainer has run 3 more steps, then writes. The
+# checkpoint is compared, tensor by tensor with `torch.equal`, with a deep copy of the state taken at
+# the requested step.
+#
+# **Predict.** With the live state dicts, how many of the checkpoint's tensors (parameters, Adam's
+# moments and step counts) will differ from the state at the requested step: none, a few, or all?
+
+# %%
+prediction = None  # your guess: "none", "a few" or "all"
+
+# %% tags=["demo"]
+live = throughput.race(BASE, throughput.live_state, save_at=4, steps_after=3)
+print(f"requested at step {live.step}, written {live.steps_after} steps later: "
+      f"{len(live.differ)} of {live.compared} tensors differ, e.g. {live.differ[:3]}")
+reveal("tensors that differ", prediction,
+       "none" if not live.differ else "all" if len(live.differ) == live.compared else "a few")
+
+# %% [markdown]
+# Every tensor differs, the step counters too: the file is a coherent state of *no* step. Under a
+# real schedule it is worse, a mixture (the tensors serialised before an update from one step, those
+# after from another). The fix is a copy taken **at the step**, on the training thread, before it
+# goes on; the thread then owns tensors nothing else touches. `throughput.snapshot` deep-copies:
+
+# %% tags=["demo"]
+copied = throughput.race(BASE, throughput.snapshot, save_at=4, steps_after=3)
+print(f"with a copy at the step: {len(copied.differ)} of {copied.compared} differ, bit-exact: {copied.exact}")
+
+# %% [markdown]
+# And the checkpoint does what a checkpoint is for: a run resumed from it continues **bit for bit**
+# like a run that never stopped (these pipelines have no dropout, so the data cursor is the step and
+# no RNG state is needed).
+
+# %% tags=["demo"]
+import copy
+import threading
+
+from course.throughput import AsyncSaver
+
+run = train_steps(start(BASE, seed=0), 4, eval_every=0)
+saver, hold = AsyncSaver(throughput.snapshot), threading.Event()
+saver.save(run.model, run.optimizer, run.step, hold)
+scheduler_state = copy.deepcopy(run.scheduler.state_dict())  # on the training thread, at the step too
+train_steps(run, 3, eval_every=0)  # training goes on while the write waits
+hold.set()
+saver.join()
+resumed = train_steps(throughput.resume_from(BASE, saver.load(4), scheduler_state, step=4), 10, eval_every=0)
+uninterrupted = train_steps(start(BASE, seed=0), 14, eval_every=0)
+print("resumed equals uninterrupted, bit for bit:", throughput.same_parameters(resumed.model, uninterrupted.model),
+      "| losses equal:", resumed.history["loss"] == uninterrupted.history["loss"][4:])
+
+# %% [markdown]
+# ### Exercise 1: the race fix
+#
+# Write `take_snapshot(model, optimizer) -> dict`: a dictionary with keys `"model"` and `"optimizer"`
+# holding what `model.state_dict()` and `optimizer.state_dict()` hold, **as it is when you are
+# called**, so that a background thread can write it later while training changes the live tensors.
+# It is graded with `throughput.race` under the adversarial schedule above (the write waits until
+# more steps have run), on this pipeline and on others (another optimizer, other steps): every tensor
+# must equal the state at the requested step bit for bit (`torch.equal`), none may be missing, and
+# taking the snapshot must not change the training run. `throughput.snapshot` is switched off while
+# it runs.
+
+# %% nbgrader={"grade": false, "grade_id": "take_snapshot", "locked": false, "schema_version": 3, "solution": true}
+import copy
+
+def take_snapshot(model, optimizer):
+    ### BEGIN SOLUTION
+    return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "optimizer": copy.deepcopy(optimizer.state_dict())}
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_take_snapshot", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import throughput as _throughput
+from course.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
+
+def _race_ok(pipe, save_at, steps_after, label):
+    with _captured_warnings(), _switched_off(_throughput.snapshot):
+        r = _throughput.race(pipe, take_snapshot, save_at=save_at, steps_after=steps_after)
+    assert not r.missing, f"{label}: your snapshot lacks {len(r.missing)} tensors of the state, e.g. {r.missing[:2]}"
+    assert not r.differ, (f"{label}: {len(r.differ)} tensors of your checkpoint differ from the state at the step it "
+                          f"was taken, e.g. {r.differ[:3]}: does each tensor share storage with the live one?")
+    assert not r.run_changed, f"{label}: taking your snapshot changed the training run"
+    assert r.exact, f"{label}: the checkpoint is empty"
+
+_race_ok(BASE, 4, 3, "this notebook's pipeline")
+### BEGIN HIDDEN TESTS
+def _sgd_momentum(params, lr, weight_decay):
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+
+_race_ok(BASE.replace(optimizer_factory=_sgd_momentum, lr=0.1), 3, 1, "SGD with momentum")
+_race_ok(BASE.replace(weight_decay=0.01, language_seed=5), 6, 2, "another pipeline (h-06-r2)")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Throughput in real tokens
+#
+# With variable-length sequences padded to one length, the hardware computes every position, but
+# only the scored targets are training signal. A dashboard that counts positions reports the same
+# tokens/s whatever the padding; one that counts scored targets shows how much of that work trains
+# the model. Here the sequences are 4 to 17 tokens long, padded to 17.
+#
+# **Predict.** What fraction of the positions computed are scored targets?
+
+# %%
+prediction = None  # your guess: a fraction between 0 and 1
+
+# %% tags=["demo"]
+PADDED = BASE.replace(min_len=4)
+padded_run = throughput.traced(PADDED, seed=0)
+fill = sum(padded_run.history["tokens"]) / (throughput.positions(PADDED) * len(padded_run.history["tokens"]))
+reveal("fraction of positions that are scored targets", prediction, round(fill, 3))
+
+# %% tags=["demo"]
+fig, ax = plt.subplots(figsize=(8, 3))
+ax.plot(padded_run.history["step"], [t / 1e3 for t in throughput.tokens_per_second(padded_run, real=False)], "o-",
+        ms=3, label="padded positions / s")
+ax.plot(padded_run.history["step"], [t / 1e3 for t in throughput.tokens_per_second(padded_run, real=True)], "s-",
+        ms=3, label="scored tokens / s")
+ax.axhline(fill * statistics.median(throughput.tokens_per_second(padded_run, real=False)) / 1e3, color="grey",
+           linestyle=":", label="fill x median positions / s")
+ax.set_xlabel("step")
+ax.set_ylabel("thousand per second (cost model)")
+ax.set_ylim(0)
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The positions curve cannot tell a batch of long sequences from a batch of short ones, and a change
+# that adds padding (a larger maximum length, no bucketing by length) *raises* it while the real
+# curve falls. Compare runs, and set alerts, on scored tokens per second.
+#
+# ## A scheduled profiler trace
+#
+# `torch.profiler.profile` with `schedule(wait=1, warmup=1, active=3)` skips one step, warms up on
+# one (recording, then discarding), and records three; `prof.step()` marks each step.
+# `key_averages()` sums the recorded operators (times change from run to run):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+prof = throughput.profile_steps(start(BASE, seed=0), wait=1, warmup=1, active=3)
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+
+# %% [markdown]
+# ## FLOPs, the 6·N rule, and MFU
+#
+# `FlopCounterMode` counts one step's forward and backward. Its conventions: a matmul of (M, K) by
+# (K, N) is 2·M·N·K FLOPs (a multiply and an add each count one); elementwise ops, softmax and layer
+# norm count 0. The rule of thumb: 6·N FLOPs per position for a model whose matmuls hold N
+# parameters (2·N forward, 4·N backward; embedding tables are lookups, not matmuls), plus attention's
+# two T×T matmuls per layer, which the rule leaves out. Positions include padding: the hardware
+# computes them.
+
+# %%
+counted, by_op = throughput.counted_flops(BASE)
+rule = throughput.rule_flops(BASE)
+print(f"counted by FlopCounterMode: {counted:,} FLOPs per step, by operator {by_op}")
+print(f"6 N per position:           {rule['6N']:,} (N = {rule['N']:,} matmul parameters)")
+print(f"attention matmuls:          {rule['attention']:,}")
+print(f"rule total:                 {rule['total']:,}; counted / rule = {counted / rule['total']:.4f}")
+
+# %% [markdown]
+# This model's attention computes the scores with plain matmuls, so the counter sees them; a model
+# that calls `scaled_dot_product_attention` on CPU would be counted 0 there (check the by-operator
+# list for what is missing). **MFU** (model FLOPs utilisation) = model FLOPs per step / step time /
+# peak. Each convention, stated: model FLOPs = the counted forward + backward above (no recompute);
+# step time = the median real step of the healthy run above (one thread, this machine, now); peak =
+# this machine's float32 matmul rate on one thread, measured with a timed 256×256 matmul (best of
+# five), not a number from a data sheet.
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+peak = throughput.matmul_peak(256)
+step = statistics.median(throughput.step_times(healthy_wall))
+print(f"peak {peak / 1e9:.2f} GFLOP/s; achieved {counted / step / 1e9:.3f} GFLOP/s; MFU {counted / step / peak:.1%}")
+
+# %% [markdown]
+# A tiny model on a CPU is far from its peak: each operator is small and Python's per-operator
+# overhead dominates. The number says how much of the machine the step uses; whether it can go higher
+# is for the profiler to say.
+#
+# ## What instrumentation costs
+#
+# Measuring changes what is measured. `throughput.overhead` switches per-layer telemetry
+# (`course.telemetry`: seven statistics per parameter tensor, each a `.item()`) on and off in
+# alternating blocks of one run and compares the median step times (a ratio within one run, so the
+# machine's load cancels):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+cost = throughput.overhead(start(BASE, seed=0), blocks=6, block=8)
+print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['on']:.2f} ms, ratio {cost['ratio']:.2f}")
+
+# %% [markdown]
+# The phase timer itself costs nine clock reads per step. Log per-layer statistics every k steps, not
+# every step, and never with one `.item()` per tensor on an accelerator.
+#
+# ## Exercise 2: a mystery pipeline
+#
+# Now you debug. Below are six pipelines drawn by `course.mystery.draw` from this notebook's bug
+# family: each is healthy or carries one bug, and nothing you can read says which (every part is an
+# opaque `<part>`, every setting the healthy value, and each draw has its own seeds and learning
+# rate). `throughput.traced(pipe)` gives you its run under the cost model (24 steps; `run.phases`,
+# `run.history`), and `throughput.traced(MBASE)` a healthy baseline of the same shape.
+
+# %%
+from course import mystery
+
+MBASE = BASE
+CANDIDATES = ("healthy", "sync-checkpoint-every-k", "eval-every-step", "item-per-parameter-logging",
+              "data-source-stalls")
+mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=MBASE) for s in (1, 2, 3, 6, 7, 9)}
+print(repr(mysteries["mystery 1"].checkpoint), repr(mysteries["mystery 1"].batches), "(every part looks like this)")
+
+# %% tags=["demo"]
+fig, axes = plt.subplots(1, len(mysteries), figsize=(16, 2.8), sharey=True)
+for ax, (name, p) in zip(axes, mysteries.items()):
+    throughput.stacked_plot(throughput.traced(p), ax, title=name)
+axes[0].legend(fontsize=6)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **The noise you must tolerate** (the cost model): each phase varies by about ±15% from step to
+# step; the first step is 3× slower in `fwd` and `bwd`; and on about 4% of steps one phase is 3 to 8×
+# slower, once. A broken draw makes one phase slow on many steps: every step, every k-th step, from a
+# step on, or more and more. Compare each phase with the baseline, and count steps, not one maximum.
+#
+# ### (a) A falsifying test
+#
+# Write `detect(pipe) -> bool`: `True` if a phase of `pipe`'s traced run is slow on several steps
+# against the healthy baseline, `False` for a healthy pipeline. Return a Python or torch bool. Graded
+# like a test suite: quiet on every healthy draw and firing on every broken one, including bugs of
+# this family you have not seen and draws with other seeds. `course.mystery.reveal`, `draw`, `make`,
+# `touched`, `throughput.regressions`, `throughput.slow_phase` and `throughput.problems` are switched
+# off while it runs.
+
+# %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
+def detect(pipe):
+    ### BEGIN SOLUTION
+    run, base = throughput.traced(pipe), throughput.traced(MBASE)
+    for phase in PHASES:
+        typical = statistics.median(base.phases[phase])
+        slow_steps = sum(t > 3 * typical + 1e-3 for t in run.phases[phase])
+        if slow_steps >= 4:
+            return True
+    return False
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import mystery as _mystery, throughput as _throughput
+from course.grading import assert_detector as _assert_detector
+
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _throughput.regressions,
+        _throughput.slow_phase, _throughput.problems)
+_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
+_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
+### BEGIN HIDDEN TESTS
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=2048, n_val=128, batch_size=16, steps=48, lr=3e-2, warmup=10)
+_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _hbase, salt="h-06-d3a") for s in (1, 2)}
+_broken = {b: _mystery.make(b, 4 + i, _hbase, salt="h-06-d3a") for i, b in enumerate(
+    ("log-whole-history-every-step", "collate-quadratic-in-length", "sync-checkpoint-every-k"))}
+_assert_detector(detect, _healthy, _broken, "falsifying test (unseen draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (b) Name the slow phase
+#
+# Write `name_cause(pipe) -> str`, returning exactly one of `"healthy"`, `"data"`, `"eval"`,
+# `"checkpoint"`, `"logging"`: the phase the slowdown lives in. Graded on the draws above and on fresh
+# draws (other seeds, and bugs you have not run); an answer that reads the pipeline's settings or
+# reprs, or is always the same, cannot pass. The same functions are switched off.
+
+# %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
+def name_cause(pipe):
+    ### BEGIN SOLUTION
+    run, base = throughput.traced(pipe), throughput.traced(MBASE)
+    worst, most = "healthy", 0.0
+    for phase in PHASES:
+        typical = statistics.median(base.phases[phase])
+        excess = [t - typical for t in run.phases[phase] if t > 3 * typical + 1e-3]
+        if len(excess) >= 4 and sum(excess) > most:
+            worst, most = phase, sum(excess)
+    return {"data": "data", "eval": "eval", "ckpt": "checkpoint", "log": "logging"}.get(worst, "healthy")
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import mystery as _mystery, throughput as _throughput
+from course.grading import assert_names as _assert_names
+
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _throughput.regressions,
+        _throughput.slow_phase, _throughput.problems)
+_KIND = {"healthy": "healthy", "sync-checkpoint-every-k": "checkpoint", "eval-every-step": "eval",
+         "item-per-parameter-logging": "logging", "log-whole-history-every-step": "logging",
+         "data-source-stalls": "data", "collate-quadratic-in-length": "data"}
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "slow phase", off=_OFF)
+### BEGIN HIDDEN TESTS
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=2048, n_val=128, batch_size=16, steps=48, lr=3e-2, warmup=10)
+_cases = {}
+for _i, _b in enumerate(("healthy", "eval-every-step", "log-whole-history-every-step", "collate-quadratic-in-length",
+                         "data-source-stalls")):
+    _cases[f"fresh draw {_i}"] = (_mystery.make(_b, 20 + _i, _hbase, salt="h-06-c5b"), _KIND[_b])
+_assert_names(name_cause, _cases, "slow phase (fresh draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (c) The fix
+#
+# Write `fix(pipe) -> Pipeline`: the pipeline with the broken part replaced by the reference, and
+# nothing else changed (`pipe.replace(field=...)`; you may call your `name_cause`).
+# The references:
+#
+# | slow phase | field | reference value |
+# |---|---|---|
+# | checkpoint | `checkpoint` | `course.phases.no_checkpoint` |
+# | eval | `eval_due` | `course.phases.eval_on_schedule` |
+# | logging | `log_step` | `course.phases.log_nothing` |
+# | data | `batches` | `None` (the reference batch stream) |
+# | data | `collate` | `course.data.next_token_batch` |
+#
+# A slow data phase lives in the batch stream *or* in the collate function, not both: test which
+# (replace one, trace again, and see whether the slowdown is gone). Graded by behaviour on fresh draws
+# of broken pipelines (bugs you ran and bugs you did not): the fix may change only the field the bug
+# lives in, and the fixed pipeline, traced on a fresh seed, must show no slow phase
+# (`throughput.problems` against a healthy baseline). No stored number is compared.
+
+# %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
+from course.data import next_token_batch
+from course.phases import eval_on_schedule, log_nothing, no_checkpoint
+
+def fix(pipe):
+    ### BEGIN SOLUTION
+    cause = name_cause(pipe)
+    if cause == "checkpoint":
+        return pipe.replace(checkpoint=no_checkpoint)
+    if cause == "eval":
+        return pipe.replace(eval_due=eval_on_schedule)
+    if cause == "logging":
+        return pipe.replace(log_step=log_nothing)
+    if cause == "data":
+        trial = pipe.replace(collate=next_token_batch)
+        return trial if name_cause(trial) == "healthy" else pipe.replace(batches=None)
+    return pipe
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import mystery as _mystery, throughput as _throughput
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+
+_OFF = (_throughput.regressions, _throughput.slow_phase, _throughput.problems)  # check_fix also switches off reveal, draw, make, touched
+_mbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=2048, n_val=128, batch_size=16, steps=48, lr=3e-2, warmup=10)
+
+def _still_slow(fixed):
+    found = _throughput.problems(fixed, _mbase, seed=7)  # a fresh seed: new noise, initialisation and batches
+    return "after your fix, traced on a fresh seed: " + "; ".join(found) if found else None
+
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
+    ("sync-checkpoint-every-k", "data-source-stalls", "item-per-parameter-logging"))], _still_slow, "fix", off=_OFF)
+### BEGIN HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-06-f71") for i, b in enumerate(
+    ("collate-quadratic-in-length", "log-whole-history-every-step"))],
+    _still_slow, "fix (unseen bugs)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What each test can and cannot prove
+#
+# * **Phases against a healthy baseline**: a phase slow on many steps locates the time; it does not
+#   say why that phase is slow (a slow disk and a large checkpoint look the same), and it needs a
+#   baseline of the same shape, run on the same kind of machine. One slow step proves nothing.
+# * **Wall-clock times** move with the machine's load: compare within one run (ratios, medians,
+#   alternating blocks), never against a number measured elsewhere. Graders use a cost model.
+# * **The forced race** proves that the live state dicts can be written after training moved on, and
+#   that a copy at the step is exact *under that schedule*; a race that happened not to show in one
+#   run proves nothing, which is why the schedule is forced.
+# * **Resumed equals uninterrupted** proves the checkpoint held everything this pipeline needs; with
+#   dropout or a shuffled data loader it would also need the RNG states and the loader's position.
+# * **Scored tokens per second** measures training signal; positions per second measures the
+#   hardware's work. MFU depends on its conventions (what counts as a FLOP, forward and backward,
+#   which peak), so a number without them cannot be compared.
+# * **The profiler and the telemetry** change what they measure: measure their cost as a ratio.

@@ -1,0 +1,729 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (debug course)
+#     language: python
+#     name: debug-course
+# ---
+
+# %% [markdown]
+# # 09 · The evaluation harness: good likelihood, weak task score
+#
+# **What you learn.**
+# * A multiple-choice score is the output of a small program, the **harness**: a prompt template, a
+#   target delimiter, `num_fewshot` examples, truncation to the model's window, the sum of each
+#   option's token log-probabilities, and `acc` or the length-normalised `acc_norm`. Each stage can be
+#   wrong while the model is fine.
+# * Test the model, the task and the harness separately: the held-out likelihood, the exact answer of
+#   a task built from a known language, and what the harness really feeds the model.
+# * The conventions of lm-evaluation-harness, stated precisely: the scored continuation is
+#   `target_delimiter + choice` (default `" "`), `acc` takes the option with the highest summed
+#   log-likelihood, `acc_norm` divides each sum by the choice's **character** length, and the few-shot
+#   count is a setting of the run (`--num_fewshot`), whose examples take room in the context.
+# * Read results item by item, with bootstrap intervals, and judge "B is better than A" with a
+#   **paired** bootstrap; check evaluation items against training text with an n-gram test whose n you
+#   state, against a control.
+# * Debug a **mystery harness** yourself: write the falsifying test, name the stage and fix it.
+#
+# **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
+# yours). **GPU:** not needed anywhere.
+
+# %%
+import torch
+import matplotlib.pyplot as plt
+
+torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
+_ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
+
+# %% [markdown]
+# ## A text with known answers, and a model trained on it
+#
+# The text is a first-order Markov chain over 16 pseudo-words (`course.harness.WORDS`), written with
+# one space between words and one document per line. The tokenizer works like a BPE tokenizer: a word
+# inside a line is one token *with its leading space* (`" ka"`), and a word at the start of a line is
+# another token without it (`"ka"`). Any other printable character is a token of its own.
+
+# %%
+from course import Pipeline, harness, mystery
+from course.bugs import inject
+from course.record import reveal
+
+lang = harness.language()
+line = harness.corpus(1, seed=7).strip()
+print("a training document:", repr(line))
+print("its tokens:         ", [harness.VOCAB[i] for i in harness.encode(line)])
+
+# %% [markdown]
+# One small model (one layer, a 16-token window), trained once here in a few seconds and used
+# everywhere below. It keeps a copy of its weights after 20 and 200 steps for later comparisons.
+
+# %%
+model = harness.train_model(steps=250, keep=(20, 200))
+heldout = harness.heldout_loss(model)
+print(f"held-out loss {heldout:.3f} nats per token; floor {harness.token_floor():.3f} "
+      f"(a model that ignores context: about {lang.unigram_entropy:.3f})")
+
+# %% [markdown]
+# The loss curve, with the two reference lines: the loss of the best model that ignores context and
+# the floor of the chain itself (the floor assumes each line seen from its start; training windows
+# start anywhere in a line, so a good model sits a little above it).
+
+# %% tags=["demo"]
+fig, ax = plt.subplots(figsize=(6, 3.2))
+ax.plot(model.history, lw=1, label="training loss")
+ax.axhline(lang.unigram_entropy, color="grey", ls="--", label="no context (unigram entropy)")
+ax.axhline(harness.token_floor(), color="black", ls=":", label="floor of the chain")
+ax.set_xlabel("step")
+ax.set_ylabel("loss (nats per token)")
+ax.set_ylim(0, 5)
+ax.legend(fontsize=8)
+ax.set_title("The model used everywhere below")
+plt.show()
+
+# %% [markdown]
+# ## The task: which continuation follows the question?
+#
+# Each item is a question of four words and four options of one to three words. The gold option is
+# the chain's own continuation; the others are stretches of the chain that started elsewhere. Since
+# the chain is known, so is every option's exact log-probability (`harness.chain_logprob`), and the
+# accuracy of the exact chain itself: the ceiling on these items.
+
+# %%
+task = harness.make_task(200, seed=0)
+item = task.items[0]
+print("question:", repr(harness.render(item.question)), " options:", item.choices, " gold:", item.gold)
+chain_lls, chain_lengths = harness.chain_scores(task)
+gold = torch.tensor([it.gold for it in task.items])
+chain_right, chain_right_norm = harness.correct_per_item(chain_lls, chain_lengths, gold)
+print(f"the exact chain on these {len(task)} items: acc {chain_right.double().mean():.3f}, "
+      f"acc_norm {chain_right_norm.double().mean():.3f} (chance 0.25)")
+
+# %% [markdown]
+# ## The symptom: good likelihood, weak task score
+#
+# A colleague evaluates the same model with a harness set up for another task (three-shot, as their
+# leaderboard does). `HEALTHY` is the reference pipeline: its `eval_*` parts are the harness stages
+# described in `course.harness`.
+#
+# **Predict.** The model's held-out loss is close to the chain's floor (above). What `acc` will the
+# colleague's harness report?
+
+# %%
+prediction = None  # your guess: acc between 0 and 1 (chance is 0.25; the exact chain's is printed above)
+
+# %%
+HEALTHY = Pipeline()
+theirs = inject(HEALTHY, "template-differs-from-training")  # a template copied from a QA task
+reported = harness.run(model, theirs, task, num_fewshot=3)
+reveal("acc reported by the colleague's harness", prediction, round(reported.acc, 3))
+
+# %% [markdown]
+# Three hypotheses give this number: the model is bad at the task (likelihood and task skill can
+# differ), the task cannot be solved from the question, or the harness asks the model something else.
+# Each has a cheap test. The held-out loss already speaks against the first; the exact chain's
+# accuracy against the second (the items are solvable). The third needs no model at all: **read what
+# the harness feeds the model**.
+
+# %% tags=["demo"]
+print("what the colleague's harness scores the options after (item 0, end of the context):")
+print(repr(reported.contexts[0]))
+print("a training document, for comparison:", repr(line))
+
+# %% [markdown]
+# The template writes `Question:` and `Answer:`, words the training text never contains, and puts a
+# newline, which in this text only ever ends a document, between the question and the answer. The
+# model reads the options as the start of a new document. We come back to this run once the
+# harness's stages have been checked one by one.
+#
+# ## Exercise 1: score an option, with its delimiter
+#
+# Write `option_logprob(model, context, choice, delimiter=" ")`: the sum of the log-probabilities
+# (natural log) of the tokens of `delimiter + choice`, each given the context and the option's earlier
+# tokens. Tokenize the two parts **separately**, `harness.encode(context)` and
+# `harness.encode(delimiter + choice)` (as lm-evaluation-harness does), feed the model their
+# concatenation without its last token (a `(1, L)` long tensor; the logits are `(1, L, vocab)`), and
+# sum the log-softmax at the continuation's positions. The inputs fit the model's window (no
+# truncation). Return a Python float (a 0-d tensor is accepted); compared with the reference to
+# 1e-4. `harness.score_continuations` and `harness.run` are switched off while this is graded.
+
+# %% nbgrader={"grade": false, "grade_id": "option_logprob", "locked": false, "schema_version": 3, "solution": true}
+import torch.nn.functional as F
+
+def option_logprob(model, context, choice, delimiter=" "):
+    ctx = harness.encode(context)  # token ids (a list) of the context
+    cont = harness.encode(delimiter + choice)  # token ids of the continuation that is scored
+    ### BEGIN SOLUTION
+    ids = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        logp = F.log_softmax(model(ids[:, :-1]), dim=-1)[0]
+    positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)
+    return logp[positions, torch.tensor(cont)].sum().item()
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_option_logprob", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import harness as _h
+from course.grading import captured_warnings as _captured, switched_off as _off
+
+def _ref(ctx, choice, delim):
+    return _h.score_continuations(model, [_h.encode(ctx)], [_h.encode(delim + choice)])[0]
+
+_cases = [("o dorn vex", "ka", " "), ("o dorn vex", "ka rup", " "), ("mun sel", "glint o", "")]
+_want = [_ref(*c) for c in _cases]  # before switching off
+with _captured(), _off(_h.score_continuations, _h.run):
+    _got = [float(option_logprob(model, *c)) for c in _cases]
+assert abs(_got[0] - _want[0]) < 1e-4, "one-token option: the log-probability of ' ka' after the context"
+assert abs(_got[1] - _want[1]) < 1e-4, "two-token option: sum the log-probabilities of both tokens (' ka', ' rup')"
+assert abs(_got[2] - _want[2]) < 1e-4, "with delimiter='' the continuation is the bare choice: 'glint', then ' o'"
+### BEGIN HIDDEN TESTS
+import random as _random
+_rng = _random.Random("h-09-ol3")
+_hc = []
+for _ in range(12):
+    _ctx = " ".join(_rng.choice(_h.WORDS) for _ in range(_rng.randint(1, 6)))
+    _ch = " ".join(_rng.choice(_h.WORDS) for _ in range(_rng.randint(1, 3)))
+    _hc.append((_ctx, _ch, _rng.choice([" ", " ", ""])))
+_hc.append(("o\nka", "ti", " "))
+_hw = [_ref(*c) for c in _hc]
+with _captured(), _off(_h.score_continuations, _h.run):
+    _hg = [float(option_logprob(model, *c)) for c in _hc]
+for _c, _w, _g in zip(_hc, _hw, _hg):
+    assert abs(_g - _w) < 1e-4, f"wrong for context {_c[0]!r}, choice {_c[1]!r}, delimiter {_c[2]!r}: you gave {_g:.4f}"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The delimiter is not cosmetic. Without it the option's first token is the start-of-line form of the
+# word, which the model has only ever seen after a newline:
+
+# %% tags=["demo"]
+ctx = harness.render(item.question)
+for choice in item.choices:
+    print(f"{choice!r:>18}: with ' ' {option_logprob(model, ctx, choice):7.2f}   without {option_logprob(model, ctx, choice, ''):7.2f}"
+          f"   tokens {[harness.VOCAB[i] for i in harness.encode(' ' + choice)]} vs {[harness.VOCAB[i] for i in harness.encode(choice)]}")
+
+# %% [markdown]
+# ## Exercise 2: acc and acc_norm
+#
+# Write `accuracies(lls, choices, gold) -> (acc, acc_norm)`. `lls[i]` holds item `i`'s option
+# log-likelihoods (a list or 1-D tensor), `choices[i]` its option strings (without the delimiter),
+# `gold[i]` the index of the right one. `acc` is the share of items whose highest log-likelihood is
+# the gold option; `acc_norm` the same after dividing each log-likelihood by `len(choice)` (its
+# number of characters, as lm-evaluation-harness does). A tie goes to the first option, as `argmax`
+# does. Return two Python floats (compared to 1e-9). `harness.accuracies` and
+# `harness.correct_per_item` are switched off while this is graded.
+
+# %% nbgrader={"grade": false, "grade_id": "accuracies", "locked": false, "schema_version": 3, "solution": true}
+def accuracies(lls, choices, gold):
+    ### BEGIN SOLUTION
+    right = right_norm = 0
+    for scores, opts, g in zip(lls, choices, gold):
+        scores = [float(s) for s in scores]
+        normed = [s / len(c) for s, c in zip(scores, opts)]
+        right += scores.index(max(scores)) == int(g)
+        right_norm += normed.index(max(normed)) == int(g)
+    return right / len(gold), right_norm / len(gold)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_accuracies", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import harness as _h
+from course.grading import captured_warnings as _captured, switched_off as _off
+
+with _captured(), _off(_h.accuracies, _h.correct_per_item):
+    _a = accuracies([[-2.0, -3.0], [-4.0, -1.0]], [["ab", "cd"], ["ab", "cd"]], [0, 0])
+    _b = accuracies([[-3.0, -4.0]], [["a", "abcd"]], [1])
+    _c = accuracies([[-1.0, -1.0]], [["ab", "ab"]], [1])
+assert abs(_a[0] - 0.5) < 1e-9 and abs(_a[1] - 0.5) < 1e-9, "acc: the share of items whose highest log-likelihood is gold"
+assert abs(_b[0]) < 1e-9 and abs(_b[1] - 1.0) < 1e-9, "acc_norm divides by the choice's length in characters: -3/1 < -4/4"
+assert abs(_c[0]) < 1e-9, "a tie goes to the first option (argmax)"
+### BEGIN HIDDEN TESTS
+import random as _random
+_rng = _random.Random("h-09-acc7")
+_lls = [[_rng.uniform(-12, -0.5) for _ in range(4)] for _ in range(60)]
+_ch = [[" ".join(_rng.choice(_h.WORDS) for _ in range(_rng.randint(1, 3))) for _ in range(4)] for _ in range(60)]
+_gd = [_rng.randrange(4) for _ in range(60)]
+_want = _h.accuracies(_lls, _ch, _gd)
+with _captured(), _off(_h.accuracies, _h.correct_per_item):
+    _got = accuracies(torch.tensor(_lls, dtype=torch.float64), _ch, torch.tensor(_gd))
+    _got2 = accuracies(_lls, _ch, _gd)
+assert abs(float(_got[0]) - _want[0]) < 1e-9, "acc is wrong on random items (tensors in)"
+assert abs(float(_got[1]) - _want[1]) < 1e-9, "acc_norm is wrong on random items (tensors in): divide by len(choice)"
+assert abs(float(_got2[0]) - _want[0]) < 1e-9 and abs(float(_got2[1]) - _want[1]) < 1e-9, "wrong on random items (lists in)"
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The healthy harness, zero-shot, on the same items. Before you look: the exact chain's `acc` and
+# `acc_norm` are printed near the top.
+#
+# **Predict.** For the *model*, will `acc_norm` be `"higher"` than `acc`, `"lower"`, or `"the same"`?
+
+# %% tags=["demo"]
+prediction = None  # your guess: "higher", "lower" or "the same"
+
+# %% tags=["demo"]
+healthy0 = harness.run(model, HEALTHY, task, num_fewshot=0)
+acc, acc_norm = accuracies(healthy0.lls, [it.choices for it in task.items], healthy0.gold)
+print(f"model, healthy harness, 0-shot: acc {acc:.3f}, acc_norm {acc_norm:.3f}")
+print("acc against acc_norm, item by item (A = acc, B = acc_norm):", harness.item_diff(healthy0.correct, healthy0.correct_norm))
+reveal("acc_norm against acc for the model", prediction,
+       "higher" if acc_norm > acc else "lower" if acc_norm < acc else "the same")
+
+# %% [markdown]
+# Neither metric is "the right one". `acc` penalises an option for every extra token it has to be
+# unlikely on; `acc_norm` removes that penalty and adds another bias: it divides by characters, while
+# the model pays per token, so options made of long words get a discount. Which one scores higher
+# depends on the options, for the model and for the exact chain alike, and a fair share of items
+# flip between them. Report which one you use, with its length convention, and compare like with
+# like.
+#
+# ## A catalogue of harness bugs
+#
+# Each bug of the `evaluation` family swaps one harness stage; the model is the same. Every variant
+# is run zero-shot and three-shot on the same 200 items.
+#
+# **Predict.** `truncation-cuts-question` keeps the *start* of a context too long for the window.
+# Will its zero-shot `acc` be lower than the healthy harness's, `"yes"` or `"no"`?
+
+# %% tags=["demo"]
+prediction = None  # your guess: "yes" or "no"
+
+# %% tags=["demo"]
+from course.bugs import catalogue
+
+variants = {"healthy": HEALTHY, **{b.name: inject(HEALTHY, b.name) for b in catalogue("evaluation")}}
+table = {name: (harness.run(model, p, task, 0), harness.run(model, p, task, 3)) for name, p in variants.items()}
+print(f"{'':>31}  0-shot acc  acc_norm   3-shot acc  acc_norm")
+for name, (r0, r3) in table.items():
+    print(f"{name:>31}  {r0.acc:10.3f} {r0.acc_norm:9.3f}   {r3.acc:10.3f} {r3.acc_norm:9.3f}")
+reveal("truncation-cuts-question lowers zero-shot acc", prediction,
+       "yes" if table["truncation-cuts-question"][0].acc < table["healthy"][0].acc else "no")
+
+# %% tags=["demo"]
+fig, ax = plt.subplots(figsize=(10, 3.6))
+names = list(table)
+x = torch.arange(len(names)).float()
+ax.bar(x - 0.2, [table[n][1].acc for n in names], 0.4, label="acc, 3-shot")
+ax.bar(x + 0.2, [table[n][1].acc_norm for n in names], 0.4, label="acc_norm, 3-shot")
+ax.axhline(0.25, color="grey", ls="--", label="chance (4 options)")
+ax.axhline(float(chain_right.double().mean()), color="black", ls=":", label="exact chain, acc")
+ax.set_xticks(x.tolist(), names, rotation=35, ha="right", fontsize=8)
+ax.set_ylabel("share of items right")
+ax.set_ylim(0, 1)
+ax.legend(fontsize=8, ncol=2)
+ax.set_title("One model, ten harnesses")
+plt.show()
+
+# %% [markdown]
+# What the table shows, bug by bug:
+#
+# * **The delimiter** (`option-without-delimiter`, `option-delimiter-doubled`) and **the template**
+#   (`template-differs-from-training`, `template-trailing-space`) put tokens in front of the options
+#   that the training text never has there: near chance, zero-shot and three-shot alike.
+# * **Truncation** (`truncation-cuts-question`) is invisible at zero-shot (nothing to cut) and
+#   destroys three-shot, where the examples fill the window and the kept start is an example.
+# * **Scoring the prompt** (`prompt-tokens-scored`) leaves zero-shot `acc` unchanged (the prompt adds
+#   the same number to every option) and breaks `acc_norm` (that number, divided by each option's
+#   length). Under truncation the options no longer share one context (a longer option leaves room for
+#   less of it), and `acc` moves too, item by item.
+# * **The wrong length** (`norm-by-token-count`, `norm-by-sequence-length`) changes only `acc_norm`,
+#   and only a little: a score drop will not find it, a check of the stage will.
+# * **The few-shot count ignored** (`fewshot-count-ignored`) changes nothing here, because only the
+#   last word of the question carries information in this language. It still changes what was
+#   measured: three-shot results that were in fact zero-shot.
+#
+# ## The few-shot count, and the context it consumes
+#
+# Each example takes room in a 16-token window. The slider shows, for each `num_fewshot`, the
+# accuracy and what the model reads before the last option of the first item, for the healthy
+# harness (left truncation) and the one that keeps the start.
+
+# %% tags=["demo"]
+by_k = {k: harness.run(model, HEALTHY, task, k) for k in range(5)}
+cut = inject(HEALTHY, "truncation-cuts-question")
+by_k_cut = {k: harness.run(model, cut, task, k) for k in range(5)}
+for k in by_k:
+    print(f"num_fewshot {k}: healthy acc {by_k[k].acc:.3f}; keeping the start acc {by_k_cut[k].acc:.3f}; "
+          f"full context of item 0: {len(harness.encode(harness.build_context(HEALTHY, task, 0, k)))} tokens")
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+explorer = harness.fewshot_explorer({k: by_k[k] for k in by_k}, model.cfg.n_ctx, cut={k: by_k_cut[k] for k in by_k_cut})
+explorer
+
+# %% [markdown]
+# ## Closing the loop on the symptom
+#
+# The colleague's run: the template differs from training. The fix at the right depth is the
+# template (not more few-shot examples, not fine-tuning the model on the template, not dropping items
+# that fail). Re-run with the same measurement that saw the symptom: three-shot `acc` on the same
+# items, beside the exact chain's, and which items changed.
+
+# %% tags=["demo"]
+fixed = theirs.replace(eval_template=harness.plain_template)
+rerun = harness.run(model, fixed, task, num_fewshot=3)
+print(f"before the fix: acc {reported.acc:.3f}; after: acc {rerun.acc:.3f}; exact chain {chain_right.double().mean():.3f}")
+print("item by item (A = before, B = after):", harness.item_diff(reported.correct, rerun.correct))
+print(f"paired bootstrap of after - before: mean {harness.paired_bootstrap(reported.correct, rerun.correct)[0]:+.3f}, "
+      f"95% interval {harness.paired_bootstrap(reported.correct, rerun.correct)[1:]}")
+
+# %% [markdown]
+# ## One accuracy jump, or which items changed?
+#
+# Two checkpoints of the same run (after 20 and 200 steps) and the final model, scored with the
+# healthy harness zero-shot. An accuracy is a mean over 200 items, each right or wrong: the
+# percentile bootstrap (resample the items, with replacement, 2000 times) gives its interval.
+
+# %% tags=["demo"]
+runs = {"step 20": harness.run(harness.load(model.checkpoints[20]), HEALTHY, task),
+        "step 200": harness.run(harness.load(model.checkpoints[200]), HEALTHY, task),
+        "step 250": healthy0}
+for name, r in runs.items():
+    mean, lo, hi = harness.bootstrap_ci(r.correct)
+    print(f"{name:>8}: acc {mean:.3f}, 95% bootstrap interval [{lo:.3f}, {hi:.3f}] (width {hi - lo:.3f})")
+
+# %% [markdown]
+# Is step 250 better than step 200? Both were scored on the **same** items, so compare them item by
+# item: most items are right (or wrong) for both, and only the items that changed carry information.
+# The paired bootstrap resamples items once for both runs; the unpaired one pretends the runs scored
+# different items.
+#
+# **Predict.** For step 200 against step 250, will the paired interval be `"narrower"` than the
+# unpaired one, `"wider"`, or `"about the same"`?
+
+# %% tags=["demo"]
+prediction = None  # your guess: "narrower", "wider" or "about the same"
+
+# %% tags=["demo"]
+for a_name, b_name in (("step 20", "step 250"), ("step 200", "step 250")):
+    a, b = runs[a_name].correct, runs[b_name].correct
+    paired, unpaired = harness.paired_bootstrap(a, b), harness.unpaired_bootstrap(a, b)
+    print(f"{b_name} - {a_name}: {harness.item_diff(a, b)}")
+    print(f"   difference {paired[0]:+.3f}; paired 95% [{paired[1]:+.3f}, {paired[2]:+.3f}] (width {paired[2] - paired[1]:.3f}); "
+          f"unpaired [{unpaired[1]:+.3f}, {unpaired[2]:+.3f}] (width {unpaired[2] - unpaired[1]:.3f})")
+ratio = (paired[2] - paired[1]) / (unpaired[2] - unpaired[1])
+reveal("paired against unpaired interval, step 200 against step 250", prediction,
+       "narrower" if ratio < 0.8 else "wider" if ratio > 1.25 else "about the same")
+
+# %% [markdown]
+# ## Exercise 3: is B better than A?
+#
+# Write `significantly_better(a, b) -> bool`. `a` and `b` are 1-D tensors (bool or float, 1 for right)
+# of the per-item correctness of runs A and B **on the same items**. Return `True` only when B is
+# better than A beyond the noise of the item sample: draw at least 1000 bootstrap resamples of the
+# item indices (seed your generator), compute mean(b − a) on each with the **same** indices for both
+# runs, and say `True` when the 2.5% percentile of those means is above zero (a one-sided test at the
+# 5% level, or a paired normal approximation, gives the same answers on the graded cases). B worse
+# than A is `False`. Graded by mutation on seeded pairs: reruns of one model that happen to score a
+# little higher (noise), and real gains, some small but consistent. A judge that always says
+# `True`, never says it, compares the two means, or resamples the runs independently scores nothing.
+# `harness.significantly_better`, `paired_bootstrap`, `bootstrap_ci` and `unpaired_bootstrap` are
+# switched off while it runs.
+
+# %% nbgrader={"grade": false, "grade_id": "significantly_better", "locked": false, "schema_version": 3, "solution": true}
+def significantly_better(a, b):
+    ### BEGIN SOLUTION
+    d = b.double() - a.double()
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, len(d), (2000, len(d)), generator=g)
+    means = d[idx].mean(dim=1)
+    return bool(torch.quantile(means, 0.025) > 0)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_significantly_better", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import harness as _h
+from course.grading import assert_detector as _assert_detector
+
+_OFF = (_h.significantly_better, _h.paired_bootstrap, _h.bootstrap_ci, _h.unpaired_bootstrap)
+_noise, _real = _h.judge_cases("")
+_assert_detector(lambda pair: significantly_better(*pair), _noise, _real, "judge", off=_OFF)
+### BEGIN HIDDEN TESTS
+_noise, _real = _h.judge_cases("h-09-pb5")
+_assert_detector(lambda pair: significantly_better(*pair), _noise, _real, "judge (fresh pairs)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Was the task in the training data? An n-gram check, with its n
+#
+# A model that saw the test items while training scores them better than their difficulty says. The
+# check compares each item's text (question and gold answer) with the training text: an item is
+# flagged when **all** its word n-grams occur there. The answer depends on n and on how repetitive
+# the source is, so it needs a control: fresh items of the same source, which no training text
+# contains on purpose. Below, items with 12-word questions, and a training text with 30% of them
+# pasted in (as a test set leaks into a crawl), against the clean text.
+#
+# **Predict.** With n = 4 words, what share of the *fresh* items will the check flag in the clean
+# training text (0 to 1)?
+
+# %% tags=["demo"]
+prediction = None  # your guess: a share between 0 and 1
+
+# %% tags=["demo"]
+long_task, fresh = harness.make_task(200, seed=4, question_words=12), harness.make_task(200, seed=9, question_words=12)
+clean_text = harness.corpus()
+leaky_text = harness.with_leaked_items(clean_text, long_task, 0.3)
+items_text = [harness.item_text(it) for it in long_task.items]
+fresh_text = [harness.item_text(it) for it in fresh.items]
+ns = [4, 6, 8, 10, 12]
+flagged = {name: [harness.contamination(texts, train, n)[0] for n in ns] for name, (texts, train) in {
+    "fresh items, clean text": (fresh_text, clean_text), "task items, clean text": (items_text, clean_text),
+    "fresh items, leaky text": (fresh_text, leaky_text), "task items, leaky text": (items_text, leaky_text)}.items()}
+for name, shares in flagged.items():
+    print(f"{name:>24}: " + "  ".join(f"n={n}: {s:.2f}" for n, s in zip(ns, shares)))
+reveal("share of fresh items flagged at n=4", prediction, round(flagged["fresh items, clean text"][0], 2))
+
+# %% tags=["demo"]
+fig, ax = plt.subplots(figsize=(6, 3.4))
+for name, shares in flagged.items():
+    ax.plot(ns, shares, "o-", label=name)
+ax.axhline(0.3, color="grey", ls=":", label="share of items leaked")
+ax.set_xlabel("n (words per n-gram)")
+ax.set_ylabel("share of items flagged")
+ax.set_ylim(0, 1.05)
+ax.legend(fontsize=8)
+ax.set_title("An n-gram check needs its n and a control")
+plt.show()
+
+# %% [markdown]
+# In a low-entropy source short n-grams repeat everywhere: at small n the check flags most items,
+# leaked or not, and proves nothing. The evidence is the *excess* of the task's items over fresh
+# items of the same source, at an n long enough for chance matches to be rare; there the leaky text
+# stands out and the clean one does not. Published checks state their n (GPT-3 used 13-grams); a
+# share flagged without its n and its control is not a contamination result, and a leak shorter than
+# n, or paraphrased, passes unseen.
+#
+# The same check on real English: the help topics that ship with Python (`pydoc_data`). "Training
+# text" is every other topic; the items are 20-word passages, some from training topics and some
+# from the others. English is far less repetitive than the chain, so even short n-grams rarely match
+# by chance.
+
+# %% tags=["demo"]
+import random
+from pydoc_data.topics import topics
+
+names = sorted(topics)
+flat = {k: " ".join(topics[k].split()) for k in names}  # one line per topic, whitespace normalised
+pydoc_train = " ".join(flat[k] for k in names[::2])
+rng = random.Random(0)
+
+def passage(k, words=20):
+    w = flat[k].split()
+    start = rng.randrange(len(w) - words) if len(w) > words else 0
+    return " ".join(w[start:start + words])
+
+from_train = [passage(k) for k in names[::2] if len(flat[k].split()) > 30]
+from_other = [passage(k) for k in names[1::2] if len(flat[k].split()) > 30]
+for n in (3, 8, 13):
+    print(f"n={n:>2}: flagged {harness.contamination(from_train, pydoc_train, n)[0]:.2f} of passages from training topics, "
+          f"{harness.contamination(from_other, pydoc_train, n)[0]:.2f} of passages from the other topics")
+
+# %% [markdown]
+# Passages of training topics are all flagged, as they should be. Some passages of the *other* topics
+# are flagged too, at every n: the help topics repeat paragraphs verbatim across topics. Splitting
+# by document is not decontamination when documents copy each other; the n-gram check is what finds
+# the copies.
+#
+# ## Exercise 4: a mystery harness
+#
+# Below are eight pipelines drawn by `course.mystery.draw` from this notebook's bug family (healthy
+# draws among them). Every part is an opaque `<part>`, every setting looks healthy, and each draw has
+# its own seeds. Their three-shot scores with the model above:
+
+# %%
+CANDIDATES = ("healthy", "option-without-delimiter", "fewshot-count-ignored", "template-differs-from-training",
+              "truncation-cuts-question", "prompt-tokens-scored", "norm-by-token-count")
+mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=HEALTHY) for s in (1, 2, 3, 6, 10, 11, 13, 19)}
+small = task.subset(60)
+print(repr(mysteries["mystery 1"].eval_template), "(every part looks like this)")
+
+# %% tags=["demo"]
+for name, p in mysteries.items():
+    r = harness.run(model, p, small, num_fewshot=3)
+    print(f"{name:>10}: acc {r.acc:.3f}, acc_norm {r.acc_norm:.3f}")
+
+# %% [markdown]
+# A score tells you *that* something differs, rarely *which stage*, and two stages here move no score
+# at all. Test each stage against its specification, on inputs you choose. The stages are parts of
+# `pipe`, and you may call them:
+#
+# | part | call | specification |
+# |---|---|---|
+# | `eval_template` | `pipe.eval_template(question)` (a tuple of word ids) | `harness.render(question)`: the words joined by one space, as in training |
+# | `eval_continuation` | `pipe.eval_continuation(choice, " ")` | `" " + choice` |
+# | `eval_fewshot` | `pipe.eval_fewshot(pool_size, index, k, seed)` | a list of exactly `k` distinct indices below `pool_size` |
+# | `eval_truncate` | `pipe.eval_truncate(context_ids, continuation_ids, n_ctx)` | the *last* `n_ctx + 1 - len(continuation_ids)` context tokens (all of them when they fit) |
+# | `eval_score` | `pipe.eval_score(model, [context_ids], [continuation_ids])` | a list with the sum of the continuation tokens' log-probabilities (your `option_logprob`, or the reference `harness.score_continuations`) |
+# | `eval_norm_length` | `pipe.eval_norm_length(choice, context_ids, continuation_ids)` | `len(choice)`, in characters |
+#
+# `harness.run(model, pipe, task, num_fewshot)` runs them all (`.acc`, `.acc_norm`, per item
+# `.correct`, and `.contexts`, the text each item's options were scored after);
+# `harness.build_context(pipe, task, index, num_fewshot)` gives an item's context before truncation.
+# A stage can be right on easy inputs and wrong on others (truncation does nothing to a context that
+# fits; a length can agree on a one-letter word), so choose inputs that would show a difference.
+#
+# ### (a) A falsifying test
+#
+# Write `detect(pipe) -> bool`: `True` if any harness stage of `pipe` breaks its specification, `False`
+# for a healthy pipeline. Return a Python or torch bool. Graded like a test suite: quiet on every
+# healthy draw, firing on every broken one, including bugs of this family you have not seen and
+# draws with other seeds. `course.mystery.reveal`, `draw`, `make`, `touched` and `harness.problems`
+# are switched off while it runs.
+
+# %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
+def detect(pipe):
+    ### BEGIN SOLUTION
+    question = task.items[0].question
+    ctx = harness.encode(" ".join(["ka rup dorn"] * 8) + "\nmun sel")
+    short, cont, n = harness.encode("mun sel"), harness.encode(" ka rup"), model.cfg.n_ctx
+    return (pipe.eval_template(question) != harness.render(question)
+            or any(pipe.eval_continuation(c, " ") != " " + c for c in ("ka", "o dorn"))
+            or any(len(set(pipe.eval_fewshot(32, 0, k, 0))) != k for k in (1, 3))
+            or list(pipe.eval_truncate(ctx, cont, n)) != ctx[-(n + 1 - len(cont)):]
+            or abs(pipe.eval_score(model, [short], [cont])[0] - harness.score_continuations(model, [short], [cont])[0]) > 1e-6
+            or any(pipe.eval_norm_length(c, short, harness.encode(" " + c)) != len(c) for c in ("ka", "glint o", "ti sel")))
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import harness as _h, mystery as _mystery, Pipeline as _Pipeline
+from course.grading import assert_detector as _assert_detector
+
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _h.problems)
+_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
+_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
+### BEGIN HIDDEN TESTS
+_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _Pipeline(), salt="h-09-d62") for s in (1, 2)}
+_broken = {b: _mystery.make(b, 3 + i, _Pipeline(), salt="h-09-d62") for i, b in enumerate(
+    ("option-delimiter-doubled", "template-trailing-space", "norm-by-sequence-length", "fewshot-count-ignored",
+     "truncation-cuts-question", "prompt-tokens-scored"))}
+_assert_detector(detect, _healthy, _broken, "falsifying test (unseen draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (b) Name the stage
+#
+# Write `name_cause(pipe) -> str`, returning exactly one of `"healthy"`, `"template"`, `"delimiter"`,
+# `"fewshot"`, `"truncation"`, `"scoring"`, `"normalisation"`. Graded on the draws above and on fresh
+# draws (other seeds, and bugs of each stage that you have not run); an answer that reads the
+# pipeline's settings or reprs, or is always the same, cannot pass. The same functions are switched
+# off.
+
+# %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
+def name_cause(pipe):
+    ### BEGIN SOLUTION
+    question = task.items[0].question
+    if pipe.eval_template(question) != harness.render(question):
+        return "template"
+    if any(pipe.eval_continuation(c, " ") != " " + c for c in ("ka", "o dorn")):
+        return "delimiter"
+    if any(len(set(pipe.eval_fewshot(32, 0, k, 0))) != k for k in (1, 3)):
+        return "fewshot"
+    ctx = harness.encode(" ".join(["ka rup dorn"] * 8) + "\nmun sel")
+    short, cont, n = harness.encode("mun sel"), harness.encode(" ka rup"), model.cfg.n_ctx
+    if list(pipe.eval_truncate(ctx, cont, n)) != ctx[-(n + 1 - len(cont)):]:
+        return "truncation"
+    if abs(pipe.eval_score(model, [short], [cont])[0] - harness.score_continuations(model, [short], [cont])[0]) > 1e-6:
+        return "scoring"
+    if any(pipe.eval_norm_length(c, short, harness.encode(" " + c)) != len(c) for c in ("ka", "glint o", "ti sel")):
+        return "normalisation"
+    return "healthy"
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import harness as _h, mystery as _mystery, Pipeline as _Pipeline
+from course.grading import assert_names as _assert_names
+
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _h.problems)
+_KIND = {"healthy": "healthy", "option-without-delimiter": "delimiter", "option-delimiter-doubled": "delimiter",
+         "fewshot-count-ignored": "fewshot", "template-differs-from-training": "template",
+         "template-trailing-space": "template", "truncation-cuts-question": "truncation",
+         "prompt-tokens-scored": "scoring", "norm-by-token-count": "normalisation",
+         "norm-by-sequence-length": "normalisation"}
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "cause", off=_OFF)
+### BEGIN HIDDEN TESTS
+_cases = {}
+for _i, _b in enumerate(("healthy", "option-delimiter-doubled", "template-trailing-space", "norm-by-sequence-length",
+                         "fewshot-count-ignored", "truncation-cuts-question", "prompt-tokens-scored",
+                         "template-differs-from-training", "option-without-delimiter", "norm-by-token-count")):
+    _cases[f"fresh draw {_i}"] = (_mystery.make(_b, 20 + _i, _Pipeline(), salt="h-09-c3a"), _KIND[_b])
+_assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (c) The fix
+#
+# Write `fix(pipe) -> Pipeline`: the pipeline with the broken stage replaced by the reference and
+# nothing else changed (`pipe.replace(field=...)`; you may call your `name_cause`). The references:
+#
+# | stage | field | reference |
+# |---|---|---|
+# | template | `eval_template` | `harness.plain_template` |
+# | delimiter | `eval_continuation` | `harness.with_delimiter` |
+# | fewshot | `eval_fewshot` | `harness.pick_fewshot` |
+# | truncation | `eval_truncate` | `harness.truncate_left` |
+# | scoring | `eval_score` | `harness.score_continuations` |
+# | normalisation | `eval_norm_length` | `harness.choice_length` |
+#
+# Graded by behaviour on fresh draws of broken pipelines (stages you ran and variants you did not):
+# the fix may change only the broken part (a changed setting, or a part that was not broken, fails
+# it), every stage of the fixed pipeline must meet its specification (`harness.problems`), and the
+# fixed harness must score fresh items exactly as the reference harness does. No stored number is
+# compared.
+
+# %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
+REFERENCE = {"template": ("eval_template", harness.plain_template),
+             "delimiter": ("eval_continuation", harness.with_delimiter),
+             "fewshot": ("eval_fewshot", harness.pick_fewshot),
+             "truncation": ("eval_truncate", harness.truncate_left),
+             "scoring": ("eval_score", harness.score_continuations),
+             "normalisation": ("eval_norm_length", harness.choice_length)}
+
+def fix(pipe):
+    ### BEGIN SOLUTION
+    cause = name_cause(pipe)
+    if cause == "healthy":
+        return pipe
+    field, reference = REFERENCE[cause]
+    return pipe.replace(**{field: reference})
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import harness as _h, mystery as _mystery, Pipeline as _Pipeline
+
+_OFF = (_h.problems,)  # check_fix also switches off reveal, draw, make, touched
+_fresh_items = _h.make_task(40, seed=31)
+
+def _still_broken(fixed):
+    found = _h.problems(fixed, model, _fresh_items)
+    if not found:
+        ours, reference = _h.run(model, fixed, _fresh_items, 3), _h.run(model, _Pipeline(), _fresh_items, 3)
+        if not (torch.equal(ours.lls, reference.lls) and torch.equal(ours.lengths, reference.lengths)):
+            found = ["the fixed harness scores fresh items differently from the reference harness"]
+    return "after your fix: " + "; ".join(found) if found else None
+
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _Pipeline()) for i, b in enumerate(
+    ("option-without-delimiter", "truncation-cuts-question", "norm-by-token-count"))], _still_broken, "fix", off=_OFF)
+### BEGIN HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _Pipeline(), salt="h-09-f17") for i, b in enumerate(
+    ("template-trailing-space", "fewshot-count-ignored", "prompt-tokens-scored", "option-delimiter-doubled"))],
+    _still_broken, "fix (unseen bugs)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What each test can and cannot prove
+#
+# * **Held-out likelihood near the floor** proves the model predicts this text; it says nothing about
+#   a task whose prompt is not written like the text.
+# * **The exact chain's accuracy** on the same items proves the items are solvable and sets the
+#   ceiling; on real tasks, where no exact model exists, a strong reference model or human answers play
+#   that part, less exactly.
+# * **Reading what the harness feeds the model** (the context and the continuation's tokens) finds
+#   template, delimiter and truncation bugs directly; a score drop only says that something differs.
+# * **A stage test against its specification** proves that stage right on the inputs tried: choose
+#   inputs that could show a difference (a context longer than the window, a multi-word choice, a
+#   count above zero).
+# * **`acc` against `acc_norm`**: two conventions, not a right and a wrong one; `acc_norm` here divides
+#   by characters, as lm-evaluation-harness does. Compare numbers only under the same convention,
+#   template, delimiter and `num_fewshot`.
+# * **A bootstrap interval** covers the noise of the item sample, not a changed harness; **the paired
+#   bootstrap** is the one for two runs on the same items. An improvement inside the noise is not an
+#   improvement.
+# * **An n-gram check** flags shared text at the stated n; without fresh items of the same source as a
+#   control, its rate means nothing, and it cannot see paraphrased or shorter leaks.

@@ -1,0 +1,674 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (debug course)
+#     language: python
+#     name: debug-course
+# ---
+
+# %% [markdown]
+# # 10 · AMP and memory: fp16 NaNs, memory that grows
+#
+# **What you learn.**
+# * fp16 and bf16 are not two sizes of one thing: fp16 keeps precision and loses range (its largest
+#   finite value is 65504), bf16 keeps float32's range and loses precision (8 significant bits).
+# * What autocast does on CPU with bf16 (matmuls in bf16, the loss in float32), and why bf16 needs no
+#   scaler.
+# * GradScaler's mechanics on CPU (`torch.amp.GradScaler("cpu")`): the scale, the skipped step on an
+#   inf gradient, backoff and growth, and why `scaler.step(...)`'s return value cannot tell you that
+#   it skipped. You write a scaled update that reports its skips (graded).
+# * The list-of-losses leak, measured on CPU: what a kept loss really holds after backward, what a
+#   graph nobody runs backward on holds, and the fix (`.item()` / `torch.no_grad()`).
+# * Debug a **mystery training loop** whose memory grows: a test, the cause, the fix (graded).
+# * On a GPU kernel only: fp16 with and without GradScaler, bf16, CUDA memory snapshots, allocated
+#   against reserved, peaks per phase (one graded GPU exercise).
+#
+# **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
+# yours). **GPU:** optional. On a kernel without CUDA each GPU cell prints one line, "needs a CUDA
+# GPU: skipped", and the GPU test is reported by the grader as "not graded: needs a GPU kernel"
+# (never as passed, never as zero).
+
+# %%
+import torch
+import matplotlib.pyplot as plt
+
+torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
+_ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
+from course import amp
+from course.record import reveal
+
+print("CUDA available:", torch.cuda.is_available())
+
+# %% [markdown]
+# ## Two 16-bit formats
+#
+# Both store 16 bits. fp16 spends 5 on the exponent and 10 on the mantissa; bf16 spends 8 on the
+# exponent (float32's) and 7 on the mantissa. `torch.finfo` says what that means:
+
+# %%
+for name, f in amp.dtype_facts().items():
+    print(f"{name:>9}: largest {f['max']:.4g}, smallest normal {f['tiny']:.3g}, gap above 1 (eps) {f['eps']:.3g}")
+
+# %% [markdown]
+# **Predict.** 65504 is fp16's largest finite value. What does `torch.tensor(65519.0).half()` give,
+# and `torch.tensor(65520.0).half()`? Write two numbers (or `inf`).
+
+# %%
+prediction = None  # your guess: (fp16 of 65519, fp16 of 65520), e.g. (65504.0, 65504.0)
+
+# %%
+measured = (torch.tensor(65519.0).half().item(), torch.tensor(65520.0).half().item())
+reveal("fp16 of 65519 and of 65520", prediction, measured)
+
+# %% [markdown]
+# Rounding goes to the nearest representable value: below 65520 that is 65504, from 65520 on it is
+# inf. Overflow is per element: one activation or one gradient element past the edge is inf, whatever
+# the norm of the rest. bf16 does not overflow there, but it cannot tell 256 from 257:
+
+# %%
+for x in (65520.0, 257.0, 1 + 2 ** -8, 1e-8):
+    t = torch.tensor(x)
+    print(f"{x:>12.8g}: fp16 {t.half().item():>12.8g}   bf16 {t.bfloat16().item():>12.8g}")
+
+# %% [markdown]
+# Drag the slider: a value, and what each format stores of it (relative error). Where fp16 prints
+# `inf` or `0`, it ran out of range; where bf16's relative error is near 2^-9 ≈ 0.002, it ran out of
+# precision.
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+import ipywidgets as widgets
+
+
+def show_rounding(log10_value=2.0):
+    x = torch.tensor(10.0 ** log10_value, dtype=torch.float64)
+    for dtype in (torch.float16, torch.bfloat16):
+        stored = x.to(dtype).double()
+        rel = ((stored - x).abs() / x).item()
+        print(f"{str(dtype)[6:]:>9}: stores {stored.item():.6g} (relative error {rel:.2e})")
+
+
+widgets.interact(show_rounding, log10_value=widgets.FloatSlider(value=2.0, min=-9.0, max=6.0, step=0.05));
+
+# %% [markdown]
+# The same in one picture: the relative rounding error of each format from 1e-9 to 1e6, with fp16's
+# largest finite value and smallest normal value marked.
+
+# %% tags=["demo"]
+xs = torch.logspace(-9, 6, 600, dtype=torch.float64)
+fig, ax = plt.subplots(figsize=(7, 3))
+for dtype in (torch.float16, torch.bfloat16):
+    err = ((xs.to(dtype).double() - xs).abs() / xs).clamp(max=1.0)
+    ax.loglog(xs, err.clamp(min=1e-6), label=str(dtype)[6:])
+ax.axvline(65504, color="k", ls="--", lw=0.8, label="fp16 max 65504")
+ax.axvline(torch.finfo(torch.float16).tiny, color="gray", ls=":", lw=0.8, label="fp16 smallest normal")
+ax.set_xlabel("value")
+ax.set_ylabel("relative rounding error (clamped to [1e-6, 1])")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# ## Autocast on CPU with bf16
+#
+# `torch.autocast("cpu", dtype=torch.bfloat16)` runs the ops that profit from it (matmuls, linear
+# layers) in bf16 and keeps the ones that need range or precision (softmax, cross-entropy) in
+# float32. The parameters stay float32: autocast casts on the fly.
+#
+# **Predict.** Inside autocast, the course model's logits come out in some dtype, and
+# `F.cross_entropy` of them in some dtype. Which two?
+
+# %%
+prediction = None  # your guess: (dtype of the logits, dtype of the loss), e.g. ("bfloat16", "bfloat16")
+
+# %%
+from course import ModelConfig, Pipeline
+
+BASE = Pipeline().replace(n_symbols=8, seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                          n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+model = BASE.build_model(0)
+batch = BASE.collate(BASE.windows("train")[:16], BASE.language().PAD)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    logits = model(batch.inputs)
+    loss = BASE.loss_fn(logits, batch)
+reveal("dtypes under bf16 autocast (logits, loss)", prediction,
+       (str(logits.dtype)[6:], str(loss.dtype)[6:]))
+print("parameters stay", next(model.parameters()).dtype)
+
+# %% [markdown]
+# bf16's range is float32's, so gradients of a bf16 run do not overflow where float32's would not:
+# bf16 training needs no GradScaler. fp16 does: small gradients underflow to zero in fp16, so the loss
+# is multiplied by a large *scale* before backward and the gradients divided by it before the step.
+#
+# ## GradScaler's mechanics, on CPU
+#
+# `torch.amp.GradScaler("cpu", init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5,
+# growth_interval=2000)` (the defaults; `torch.cuda.amp.GradScaler` is the deprecated spelling). Per
+# step: `scaler.scale(loss).backward()`, `scaler.step(optimizer)` (unscales, and **skips
+# `optimizer.step()` if any gradient is inf or NaN**), `scaler.update()` (halves the scale after a
+# skip; doubles it after `growth_interval` clean steps in a row). The toy below has a linear model
+# whose gradient is its input; step 2 gets an inf input.
+#
+# **Predict.** `scaler.step(optimizer)` returns something. On a clean step and on the skipped step,
+# what does it return?
+
+# %%
+prediction = None  # your guess: (return on a clean step, return on the skipped step)
+
+# %%
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=3)
+returns, scales, moved = [], [], []
+for step in range(8):
+    toy, opt, toy_loss = amp.toy_problem(seed=step, poison=(step == 2))
+    before = toy.weight.detach().clone()
+    scaler.scale(toy_loss).backward()
+    returns.append(scaler.step(opt))
+    scaler.update()
+    scales.append(scaler.get_scale())
+    moved.append(bool((toy.weight != before).any()))
+reveal("scaler.step's return (clean step 0, skipped step 2)", prediction, (returns[0], returns[2]))
+print("weights moved per step:", moved)
+print("scale after each update:", scales)
+
+# %% [markdown]
+# Both `None`: `scaler.step` returns whatever `optimizer.step()` returned, and when it skips, nothing.
+# The skip shows only in the weights (unchanged) and in the scale (halved across `update()`); after
+# `growth_interval` clean steps the scale doubles again. The picture:
+
+# %% tags=["demo"]
+fig, ax = plt.subplots(figsize=(6, 2.8))
+ax.step(range(len(scales)), scales, where="post", label="scale after update()")
+ax.axhline(2.0 ** 16, color="gray", ls=":", lw=0.8, label="init_scale 65536")
+ax.scatter([i for i, m in enumerate(moved) if not m], [scales[i] for i, m in enumerate(moved) if not m],
+           color="r", zorder=3, label="skipped step")
+ax.set_xlabel("step")
+ax.set_ylabel("loss scale")
+ax.set_yscale("log", base=2)
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# ### Exercise: a scaled update that reports its skips
+#
+# Write `amp_step(model, optimizer, scaler, loss, clip) -> bool`: one update under the scaler, with
+# gradient clipping to total norm `clip` (`torch.nn.utils.clip_grad_norm_`), returning `True` when
+# the optimizer step was skipped and `False` when it ran. Clip the **unscaled** gradients
+# (`scaler.unscale_(optimizer)` first: clipping scaled gradients to `clip` clips the real ones to
+# `clip / scale`). Leave the gradients cleared (`optimizer.zero_grad()`) at the end. Graded on fresh
+# toy problems with plain SGD: a clean step must move the weights by exactly the clipped gradient and
+# return `False`; a poisoned step must leave them unchanged, halve the scale and return `True`.
+# `amp.scaled_step` is switched off while yours runs.
+
+# %% nbgrader={"grade": false, "grade_id": "amp_step", "locked": false, "schema_version": 3, "solution": true}
+def amp_step(model, optimizer, scaler, loss, clip):
+    ### BEGIN SOLUTION
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    return scaler.get_scale() < scale
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_amp_step", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch as _torch
+from course import amp as _amp
+from course.grading import captured_warnings as _cw, switched_off as _off
+
+
+def _check_amp_step(seeds, clip):
+    for s in seeds:
+        for poison in (False, True):
+            m, o, l = _amp.toy_problem(s, poison=poison)
+            g = _torch.autograd.grad(l, m.weight, retain_graph=True)[0]
+            w0 = m.weight.detach().clone()
+            sc = _torch.amp.GradScaler("cpu", init_scale=2.0 ** (10 + s % 7))
+            s0 = sc.get_scale()
+            with _cw(), _off(_amp.scaled_step):
+                got = amp_step(m, o, sc, l, clip)
+            assert isinstance(got, bool) or type(got).__name__ == "bool_", "amp_step must return True or False"
+            dw = (w0 - m.weight.detach())
+            if poison:
+                assert bool(got), f"toy {s}: the gradient held inf, but amp_step returned {got!r} (compare the scale across update())"
+                assert _torch.equal(m.weight.detach(), w0), f"toy {s}: the weights moved on a step with an inf gradient"
+                assert sc.get_scale() == s0 / 2, f"toy {s}: the scale should halve after a skipped step (did you call update()?)"
+            else:
+                assert not bool(got), f"toy {s}: a clean step was reported as skipped"
+                want = g * min(1.0, clip / (g.norm().item() + 1e-6))
+                assert _torch.allclose(dw, want, rtol=1e-4, atol=1e-5), \
+                    f"toy {s}: the weights moved by the wrong amount (clip the unscaled gradients to norm {clip})"
+            assert all(p.grad is None or not p.grad.any() for p in m.parameters()), f"toy {s}: gradients left uncleared"
+
+
+_check_amp_step([0, 1, 2], clip=1.0)
+### BEGIN HIDDEN TESTS
+_check_amp_step([5, 11, 23], clip=0.37)
+_check_amp_step([8], clip=100.0)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## The list-of-losses leak, measured on CPU
+#
+# "Keep `loss` in a list and memory grows" is true, but what exactly grows? `amp.SavedTensors` counts
+# the bytes autograd holds for backward (the saved activations), through `saved_tensors_hooks`; a
+# weak reference to each step's loss says whether the loss itself is still alive. `amp.run(pipe,
+# steps)` trains under bf16 autocast and calls two parts of the pipeline each step: `keep_loss`
+# (what the history keeps; reference `loss.item()`) and `monitor` (a loss on a fixed probe batch;
+# reference: under `torch.no_grad()`, as a float).
+#
+# **Predict.** A loop that appends the loss *tensor* to its history after `loss.backward()`: after 6
+# steps, how many bytes of saved activations are still alive?
+
+# %%
+prediction = None  # your guess: a number of bytes after 6 steps
+
+# %%
+from course.bugs import inject
+
+kept_loss = amp.run(inject(BASE, "loss-kept-with-graph"), steps=6, seed=1)
+reveal("saved bytes alive after 6 steps, loss tensors kept", prediction, kept_loss.saved_bytes[-1])
+print("step losses still referenced after each step:", kept_loss.losses_alive)
+
+# %% [markdown]
+# Zero: backward frees a graph's saved tensors (that is why a second backward raises). What the list
+# keeps is every loss and the chain of autograd nodes behind it: small per step, and still a leak.
+# The big one is a graph **nobody runs backward on**: a loss computed for monitoring with autograd
+# on, kept as a tensor.
+
+# %%
+kept_monitor = amp.run(inject(BASE, "monitor-kept-with-graph"), steps=6, seed=1)
+healthy = amp.run(BASE, steps=6, seed=1)
+for name, r in {"healthy": healthy, "loss tensors kept": kept_loss, "monitor graph kept": kept_monitor}.items():
+    print(f"{name:>18}: saved bytes per step {r.saved_bytes}, losses alive {r.losses_alive}")
+
+# %% tags=["demo"]
+fig, ax = plt.subplots(figsize=(6, 2.8))
+for name, r in {"healthy": healthy, "loss tensors kept": kept_loss, "monitor graph kept": kept_monitor}.items():
+    ax.plot(range(1, 7), [b / 1e6 for b in r.saved_bytes], marker="o", label=name)
+ax.axhline(0, color="gray", ls=":", lw=0.8)
+ax.set_xlabel("step")
+ax.set_ylabel("saved-for-backward MB alive")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# `torch.profiler` with `profile_memory=True` sees the same thing from the allocator's side: each
+# op's "self CPU memory" is what it allocated minus what it freed. Summed over a profiled run, it is
+# what the run left allocated: about zero for the healthy loop, and growing with the steps when the
+# monitor keeps its graph (the run's own records, returned here, are part of what is left).
+
+# %% tags=["demo"]
+from torch.profiler import ProfilerActivity, profile
+
+for name, pipe_ in {"healthy": BASE, "monitor graph kept": inject(BASE, "monitor-kept-with-graph")}.items():
+    for steps in (2, 4):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            kept_run = amp.run(pipe_, steps=steps, seed=1)
+        left = sum(e.self_cpu_memory_usage for e in prof.key_averages())
+        print(f"{name:>18}, {steps} steps: the profiler says {left / 1e6:.2f} MB left allocated")
+        del kept_run  # freed before the next profile, so that one does not count it as freed
+
+# %% [markdown]
+# ### The loop closed
+#
+# The fix at the right depth is in the part that keeps the graph: `.item()` for the history, and the
+# monitor under `torch.no_grad()` returning a float. The same meters, re-run:
+
+# %%
+both_broken = inject(BASE, "monitor-kept-with-graph", "loss-kept-with-graph")
+both_fixed = both_broken.replace(keep_loss=lambda loss: loss.detach().item(), monitor=amp.monitor_no_grad)
+for name, pipe_ in {"before the fix": both_broken, "after the fix": both_fixed}.items():
+    r = amp.run(pipe_, steps=6, seed=1)
+    print(f"{name}: saved bytes per step {r.saved_bytes}, losses alive {r.losses_alive}")
+    print("  problems found:", "; ".join(amp.memory_problems(r)) or "none")
+
+# %% [markdown]
+# ## Exercise: a mystery training loop
+#
+# Below are six pipelines drawn by `course.mystery.draw`: each is healthy or carries one bug of the
+# family `amp-memory`, and nothing you can read says which (every part is an opaque `<part>`). Run
+# them with `amp.run(pipe, steps, seed)` and read the run's records: `saved_bytes` and
+# `losses_alive` per step, and `kept`, `monitor`, `monitor_expected`, `losses`.
+
+# %%
+from course import mystery
+
+CANDIDATES = ("healthy", "loss-kept-with-graph", "monitor-kept-with-graph")
+mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=BASE) for s in (1, 2, 3, 5, 9, 10)}
+print(repr(mysteries["mystery 1"].keep_loss), repr(mysteries["mystery 1"].monitor), "(every part looks like this)")
+
+# %% tags=["demo"]
+for name, p in mysteries.items():
+    r = amp.run(p, steps=4, seed=0)
+    print(f"{name}: saved bytes {r.saved_bytes}, losses alive {r.losses_alive}")
+
+# %% [markdown]
+# ### (a) A test that memory grows
+#
+# Write `detect(pipe) -> bool`: `True` if memory grows over the steps of `amp.run(pipe, ...)` (saved
+# activations or step losses kept alive from step to step), `False` for a healthy draw. Return a
+# Python bool. Nothing here is noisy: the meters count exactly, so a healthy run shows flat zeros.
+# Graded like a test suite: quiet on healthy draws, firing on every broken one, including bugs of
+# this family you have not seen. `amp.memory_problems`, `amp.growth` and `mystery.reveal`/`draw`/
+# `make`/`touched` are switched off while it runs.
+
+# %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
+def detect(pipe):
+    ### BEGIN SOLUTION
+    r = amp.run(pipe, steps=4, seed=0)
+    return r.saved_bytes[-1] > r.saved_bytes[0] or r.losses_alive[-1] > r.losses_alive[0]
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course import mystery as _mystery, amp as _amp
+from course.grading import assert_detector as _assert_detector
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.memory_problems, _amp.growth)
+_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
+_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "memory test", off=_OFF)
+### BEGIN HIDDEN TESTS
+_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _mbase, salt="h-10-d2e") for s in (1, 2)}
+_broken = {b: _mystery.make(b, 4 + i, _mbase, salt="h-10-d2e") for i, b in enumerate(
+    ("monitor-logits-kept", "loss-kept-with-graph", "monitor-kept-with-graph"))}
+_assert_detector(detect, _healthy, _broken, "memory test (unseen draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (b) Name the cause
+#
+# Write `name_cause(pipe) -> str`, returning exactly one of `"healthy"`, `"history"` (the step losses
+# stay referenced: what the loop keeps of each loss holds its graph) and `"monitor"` (saved
+# activations grow: the monitor's forward builds a graph nobody frees). Graded on the draws above and
+# on fresh draws, including a bug of these kinds you have not run; the same functions are switched
+# off.
+
+# %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
+def name_cause(pipe):
+    ### BEGIN SOLUTION
+    r = amp.run(pipe, steps=4, seed=0)
+    if r.saved_bytes[-1] > r.saved_bytes[0]:
+        return "monitor"
+    if r.losses_alive[-1] > r.losses_alive[0]:
+        return "history"
+    return "healthy"
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import mystery as _mystery, amp as _amp
+from course.grading import assert_names as _assert_names
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.memory_problems, _amp.growth)
+_KIND = {"healthy": "healthy", "loss-kept-with-graph": "history", "monitor-kept-with-graph": "monitor",
+         "monitor-logits-kept": "monitor"}
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "cause", off=_OFF)
+### BEGIN HIDDEN TESTS
+_cases = {f"fresh draw {_i}": (_mystery.make(_b, 20 + _i, _mbase, salt="h-10-c7f"), _KIND[_b]) for _i, _b in enumerate(
+    ("healthy", "monitor-logits-kept", "loss-kept-with-graph", "monitor-kept-with-graph"))}
+_assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (c) The fix
+#
+# Write `fix(pipe) -> Pipeline`: replace the broken part, and only it (`pipe.replace(keep_loss=...)`
+# or `pipe.replace(monitor=...)`), with a correct one: `keep_loss(loss)` returns a number equal to
+# the loss; `monitor(model, batch, loss_fn)` returns `loss_fn(model(batch.inputs), batch)` as a
+# number, without building a graph. Yours or the reference (`amp.keep_float`, `amp.monitor_no_grad`):
+# the work here is knowing which part is broken (use your `name_cause`), and replacing both parts
+# changes one that was not broken. A healthy draw may come back unchanged. Graded by behaviour: the
+# fixed pipeline is run on a fresh seed and must keep nothing alive, keep numbers equal to the
+# losses, and report the probe's loss. `amp.memory_problems` and `amp.growth` are switched off while
+# your fix runs.
+
+# %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
+def fix(pipe):
+    ### BEGIN SOLUTION
+    cause = name_cause(pipe)
+    if cause == "history":
+        return pipe.replace(keep_loss=lambda loss: loss.detach().item())
+
+    def monitor(model, batch, loss_fn):
+        with torch.no_grad():
+            return loss_fn(model(batch.inputs), batch).item()
+
+    if cause == "monitor":
+        return pipe.replace(monitor=monitor)
+    return pipe
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import mystery as _mystery, amp as _amp
+from course.grading import captured_warnings as _cw
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+_OFF = (_amp.memory_problems, _amp.growth)
+
+
+def _still_leaks(fixed, seed):
+    with _cw():
+        found = _amp.memory_problems(_amp.run(fixed, steps=4, seed=seed))
+    return "the fixed loop on a fresh seed: " + "; ".join(found) if found else None
+
+
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
+    ("loss-kept-with-graph", "monitor-kept-with-graph"))], lambda fixed: _still_leaks(fixed, 7), "fix", off=_OFF)
+### BEGIN HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-10-f3a") for i, b in enumerate(
+    ("monitor-logits-kept", "loss-kept-with-graph", "monitor-kept-with-graph"))],
+    lambda fixed: _still_leaks(fixed, 13), "fix (fresh draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## On a GPU kernel only
+#
+# The rest needs CUDA (the kernel "Python 3 (debug course, GPU)", `make gpu-kernel`). On a kernel
+# without it, each cell prints one line and does nothing else, and the one GPU test is reported by the
+# grader as "not graded: needs a GPU kernel". The model is bigger here, so that memory and time are
+# worth measuring.
+
+# %%
+GPU = torch.cuda.is_available()
+if GPU:
+    GPU_BASE = BASE.replace(model=ModelConfig(n_ctx=128, d_model=512, n_head=8, n_layer=4, d_mlp=2048), seq_len=128)
+    gpu_model = GPU_BASE.build_model(0).cuda()
+    gpu_batch = GPU_BASE.collate(GPU_BASE.windows("train")[:64], GPU_BASE.language().PAD)
+    print("GPU:", torch.cuda.get_device_name(), f"{sum(p.numel() for p in gpu_model.parameters()) / 1e6:.1f}M parameters")
+else:
+    print(amp.SKIP_LINE)
+
+# %% [markdown]
+# ### fp32, bf16 and fp16 step times
+#
+# Median seconds per training step (CUDA events, after a warm-up), fp16 with a GradScaler.
+
+# %% tags=["demo"]
+if GPU:
+    for name, sec in amp.cuda_step_times(gpu_model, gpu_batch.inputs, gpu_batch.targets).items():
+        print(f"{name}: {sec * 1e3:.2f} ms per step")
+else:
+    print(amp.SKIP_LINE)
+
+# %% [markdown]
+# ### fp16 that overflows, with and without GradScaler; bf16 without one
+#
+# The same model with its logits multiplied by 100 000 (a stand-in for activations that grow): under
+# fp16 autocast every logit above 0.66 in size overflows to inf and the loss turns NaN. Without a scaler the NaN
+# reaches the weights; with one, the step is skipped and the scale backs off; bf16 has the range and
+# needs neither.
+
+# %% tags=["demo"]
+if GPU:
+    def overflow_run(dtype, use_scaler, steps=6):
+        m = GPU_BASE.build_model(0).cuda()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
+        x, y = gpu_batch.inputs.cuda(), gpu_batch.targets.cuda()
+        skipped = 0
+        for _ in range(steps):
+            with torch.autocast("cuda", dtype=dtype):
+                logits = m(x) * 1e5
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+            before = scaler.get_scale()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+            skipped += int(use_scaler and scaler.get_scale() < before)
+        finite = all(torch.isfinite(p).all() for p in m.parameters())
+        return loss.item(), finite, skipped
+
+    for label, dtype, use in (("fp16, no scaler", torch.float16, False), ("fp16, GradScaler", torch.float16, True),
+                              ("bf16, no scaler", torch.bfloat16, False)):
+        last, finite, skipped = overflow_run(dtype, use)
+        print(f"{label:>17}: last loss {last:.3g}, weights finite {finite}, skipped steps {skipped}")
+else:
+    print(amp.SKIP_LINE)
+
+# %% [markdown]
+# ### Allocated against reserved, and the peak of each phase
+#
+# `memory_allocated` counts tensors alive; `memory_reserved` what PyTorch's caching allocator holds
+# from the driver (freed blocks stay reserved for reuse, so `nvidia-smi` shows this). `empty_cache`
+# hands unused reserved blocks back. `reset_peak_memory_stats` before a phase and
+# `max_memory_allocated` after it give that phase's peak.
+
+# %% tags=["demo"]
+if GPU:
+    opt_g = torch.optim.AdamW(gpu_model.parameters(), lr=1e-4)
+    xg, yg = gpu_batch.inputs.cuda(), gpu_batch.targets.cuda()
+    state = {}
+
+    def forward():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            state["loss"] = torch.nn.functional.cross_entropy(gpu_model(xg).flatten(0, 1), yg.flatten())
+
+    def backward():
+        state.pop("loss").backward()
+
+    def step():
+        opt_g.step()
+        opt_g.zero_grad(set_to_none=True)
+
+    peaks = amp.phase_peaks({"forward": forward, "backward": backward, "optimizer": step})
+    for phase, v in peaks.items():
+        print(f"{phase:>9}: peak {v['peak'] / 2**20:8.1f} MiB, allocated after {v['allocated'] / 2**20:8.1f} MiB, "
+              f"reserved {v['reserved'] / 2**20:8.1f} MiB")
+    torch.cuda.empty_cache()
+    print(f"after empty_cache: allocated {torch.cuda.memory_allocated() / 2**20:.1f} MiB, "
+          f"reserved {torch.cuda.memory_reserved() / 2**20:.1f} MiB")
+else:
+    print(amp.SKIP_LINE)
+
+# %% [markdown]
+# ### The list-of-losses leak in a memory snapshot
+#
+# `torch.cuda.memory._record_memory_history(max_entries=...)` records a stack trace for every
+# allocation; `torch.cuda.memory._snapshot()` returns the live blocks with their traces, and
+# `_dump_snapshot(path)` writes the same as a pickle for https://pytorch.org/memory_viz. These are
+# private functions: their names and format change between releases (this is PyTorch 2.13). Here a
+# monitor keeps its probe loss with the graph, six steps; `amp.snapshot_growth` sums the live bytes
+# by the innermost frames outside torch.
+
+# %% tags=["demo"]
+if GPU:
+    import os
+    import tempfile
+    kept = []
+    torch.cuda.memory._record_memory_history(max_entries=100_000)
+    for _ in range(6):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            kept.append(torch.nn.functional.cross_entropy(gpu_model(xg).flatten(0, 1), yg.flatten()))
+    snap = torch.cuda.memory._snapshot()
+    path = os.path.join(tempfile.mkdtemp(), "leak.pickle")
+    torch.cuda.memory._dump_snapshot(path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    for size, where in amp.snapshot_growth(snap):
+        print(f"{size / 2**20:8.1f} MiB live, allocated at {where}")
+    kept.clear()
+    torch.cuda.empty_cache()
+    print(f"snapshot written ({os.path.getsize(path) / 2**20:.1f} MiB); after clearing the list: "
+          f"allocated {torch.cuda.memory_allocated() / 2**20:.1f} MiB")
+else:
+    print(amp.SKIP_LINE)
+
+# %% [markdown]
+# ### GPU exercise: the peak of one phase
+#
+# Write `peak_bytes(fn) -> int`: the most bytes of CUDA memory allocated *above what was allocated
+# before* at any moment while `fn()` runs, including tensors `fn` creates and frees again. Use
+# `torch.cuda.synchronize`, `torch.cuda.reset_peak_memory_stats`, `torch.cuda.memory_allocated` and
+# `torch.cuda.max_memory_allocated`. Graded on a GPU kernel only, on functions with fresh random sizes
+# (within the allocator's rounding: 2 MiB); `amp.phase_peaks` is switched off.
+
+# %% nbgrader={"grade": false, "grade_id": "peak_bytes", "locked": false, "schema_version": 3, "solution": true}
+def peak_bytes(fn):
+    ### BEGIN SOLUTION
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_peak_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false} tags=["gpu"]
+import os as _os
+import random as _random
+import torch as _torch
+from course import amp as _amp
+from course.grading import captured_warnings as _cw, switched_off as _off
+
+
+def _check_peak(seed):
+    rng = _random.Random(seed)
+    n1, n2 = rng.randrange(2, 40) * 2**20, rng.randrange(2, 40) * 2**20
+
+    def fn():
+        a = _torch.empty(n1, dtype=_torch.uint8, device="cuda")
+        del a
+        b = _torch.empty(n2, dtype=_torch.uint8, device="cuda")
+        del b
+
+    with _cw(), _off(_amp.phase_peaks):
+        got = peak_bytes(fn)
+    want = max(n1, n2)
+    assert abs(int(got) - want) <= 2 * 2**20, \
+        f"peak_bytes of a function that allocates and frees two buffers is off by {abs(int(got) - want) / 2**20:.1f} MiB"
+
+
+if _torch.cuda.is_available():
+    _held = _torch.empty(8 * 2**20, dtype=_torch.uint8, device="cuda")  # memory allocated before must not count
+    _check_peak(1)
+    ### BEGIN HIDDEN TESTS
+    _check_peak(_random.Random("h-10-g9k").randrange(10**6))
+    ### END HIDDEN TESTS
+    del _held
+elif _os.environ.get("NBGRADER_EXECUTION") == "autograde":  # graded as a GPU test without CUDA
+    raise AssertionError("this GPU test was graded on a kernel without CUDA")
+else:
+    print(_amp.SKIP_LINE)
+
+# %% [markdown]
+# ## What each test can and cannot prove
+#
+# * **`torch.finfo` and a cast** prove what a format can store; they do not say where a model's
+#   values sit. Overflow in fp16 is per element: a norm below 65504 proves nothing.
+# * **GradScaler's skip** shows as the scale falling across `update()` and unchanged weights;
+#   `scaler.step` returns `None` either way. A skip now and then is the scaler working; a skip every
+#   step means inf/NaN that scaling does not cause (or an `update()` that never runs).
+# * **bf16 needs no scaler** because of its range; it still rounds to 8 significant bits, so a loss
+#   that differs from fp32 in the third digit is not a bug.
+# * **The saved-tensor meter** counts what autograd holds for backward, exactly, on CPU; it does not
+#   see graph nodes without saved tensors (a kept loss after backward), which the weak reference to
+#   each loss shows. Neither sees a leak outside autograd (a list of detached tensors that grows).
+# * **On CUDA**, `memory_allocated` is tensors alive and `memory_reserved` what the allocator holds; a
+#   growing allocated count is a leak, a growing reserved count with flat allocated is fragmentation
+#   or caching. The snapshot names the stack that allocated what is alive; its format is private.
+# * **The fix** is proved by the meters that saw the growth, re-run flat on fresh seeds.

@@ -1,0 +1,103 @@
+"""course.amp (notebook 10) and the amp-memory bugs, on CPU. The GPU helpers are checked only for
+refusing cleanly without CUDA (they never ran here when this machine has none)."""
+import pytest
+import torch
+
+from course import ModelConfig, Pipeline, amp, mystery
+from course.bugs import catalogue, inject
+from course.grading import switched_off
+
+BASE = Pipeline().replace(n_symbols=8, seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                          n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+
+
+def test_dtype_facts_match_the_errata():
+    f = amp.dtype_facts()
+    assert f["float16"]["max"] == 65504.0
+    assert f["bfloat16"]["eps"] == 2.0 ** -7  # 7 stored mantissa bits
+    assert torch.tensor(65519.0).half().item() == 65504.0
+    assert torch.tensor(65520.0).half().item() == float("inf")
+
+
+def test_scaled_step_reports_a_skip_and_clips_unscaled_gradients():
+    model, opt, loss = amp.toy_problem(3)
+    g = torch.autograd.grad(loss, model.weight, retain_graph=True)[0]
+    w0 = model.weight.detach().clone()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    assert amp.scaled_step(model, opt, scaler, loss, clip=0.5) is False
+    assert torch.allclose(w0 - model.weight.detach(), g * min(1.0, 0.5 / g.norm().item()), atol=1e-5)
+    model, opt, loss = amp.toy_problem(3, poison=True)
+    w0 = model.weight.detach().clone()
+    assert amp.scaled_step(model, opt, scaler, loss, clip=0.5) is True
+    assert torch.equal(model.weight.detach(), w0) and scaler.get_scale() == 2.0 ** 11
+
+
+def test_scaler_step_returns_none_whether_or_not_it_skipped():
+    for poison in (False, True):
+        model, opt, loss = amp.toy_problem(0, poison=poison)
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.scale(loss).backward()
+        assert scaler.step(opt) is None
+
+
+def test_saved_tensor_meter_sees_a_graph_without_backward_and_its_release():
+    lin = torch.nn.Linear(8, 8)
+    with amp.SavedTensors() as meter:
+        out = lin(torch.randn(4, 8, requires_grad=True)).relu().sum()
+        held = meter.bytes
+        assert held > 0
+        out.backward()
+        assert meter.bytes == 0
+        kept = [lin(torch.randn(4, 8)).relu().sum() for _ in range(3)]
+        assert meter.bytes > 0
+        kept.clear()
+        assert meter.bytes == 0
+
+
+def test_the_healthy_loop_keeps_nothing_and_each_bug_grows_its_meter():
+    healthy = amp.run(BASE, steps=4, seed=1)
+    assert healthy.saved_bytes == [0] * 4 and healthy.losses_alive == [0] * 4
+    assert amp.memory_problems(healthy) == []
+    kept = amp.run(inject(BASE, "loss-kept-with-graph"), steps=4, seed=1)
+    assert kept.saved_bytes == [0] * 4 and kept.losses_alive == [1, 2, 3, 4]  # backward freed the activations
+    for name in ("monitor-kept-with-graph", "monitor-logits-kept"):
+        r = amp.run(inject(BASE, name), steps=4, seed=1)
+        assert all(b > a for a, b in zip(r.saved_bytes, r.saved_bytes[1:])), name
+        assert amp.memory_problems(r), name
+    assert healthy.losses == kept.losses  # keeping the tensor does not change training
+
+
+def test_every_amp_memory_bug_hides_in_a_part_and_is_fixed_by_the_reference_part():
+    names = [b.name for b in catalogue("amp-memory")]
+    assert set(names) == {"loss-kept-with-graph", "monitor-kept-with-graph", "monitor-logits-kept"}
+    for i, name in enumerate(names):
+        pipe = mystery.make(name, i, BASE, salt="t")
+        (field,) = mystery.touched(pipe)
+        fixed = pipe.replace(**{field: getattr(Pipeline(), field)})
+        assert mystery.kept_problems(pipe, fixed) == []
+        assert amp.memory_problems(amp.run(fixed, steps=3, seed=2)) == []
+
+
+def test_the_loop_does_not_need_the_public_references():
+    with switched_off(amp.keep_float, amp.monitor_no_grad):
+        with pytest.raises(Exception):
+            amp.keep_float(torch.tensor(1.0))
+    r = amp.run(BASE.replace(keep_loss=lambda l: l.item(),
+                             monitor=lambda m, b, f: f(m(b.inputs), b).detach().item()), steps=2)
+    assert amp.memory_problems(r) == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal only")
+def test_gpu_helpers_refuse_without_cuda():
+    for call in (lambda: amp.phase_peaks({}), lambda: amp.cuda_step_times(torch.nn.Linear(2, 2), None, None)):
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            call()
+
+
+def test_snapshot_growth_reads_the_snapshot_format():
+    snap = {"segments": [{"blocks": [
+        {"state": "active_allocated", "size": 4096, "frames": [{"filename": "/x/site-packages/torch/a.py", "line": 1},
+                                                              {"filename": "/work/nb.py", "line": 7}]},
+        {"state": "active_allocated", "size": 1024, "frames": [{"filename": "/work/nb.py", "line": 7}]},
+        {"state": "inactive", "size": 10**9, "frames": []}]}]}
+    assert amp.snapshot_growth(snap) == [(5120, "nb.py:7")]
