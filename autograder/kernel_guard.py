@@ -128,6 +128,13 @@ def install(shell) -> None:
         attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
         snap[name] = (module, type(module), attrs)
 
+    if os.environ.get("COURSE_STUDENT_ID"):
+        # the grader's student id, read before any submitted code runs (course.identity), and
+        # snapshotted with the rest of course: a test cell always sees the id the grader passed
+        try:
+            __import__("course.identity")
+        except ImportError:
+            pass
     for name in wanted:
         if name in modules:
             snapshot(name, modules[name])

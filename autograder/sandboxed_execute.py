@@ -21,6 +21,9 @@ kernel). On top of ``Execute`` it:
   if the submission changed how IPython runs cells (a replaced method or helper, a transformer
   that rewrites the test, a wrapped guard hook), if something the test relies on was replaced
   while it ran, or if the guard does not answer before, at the start of, or after the test.
+- passes the nbgrader student id to the kernel (``COURSE_STUDENT_ID``; ``course.identity`` reads it
+  once, at kernel start, and the guard keeps it): a draw keyed by identity (the capstone) comes
+  from the grader, not from what the notebook says;
 - GPU tests: a test cell tagged ``gpu`` in the source notebook (by grade_id, so a submission cannot
   untag it) runs only when the grading kernel has CUDA: ``GRADE_KERNEL=gpu`` says it has (and
   ``GRADE_KERNEL=cpu`` that it has not); otherwise the kernel is asked (``torch.cuda``, after the
@@ -154,6 +157,8 @@ class SandboxedExecute(Execute):
                     f"machine (make sandbox), or set {sandbox.ALLOW_ENV}=1 to grade unprotected.")
             self.log.warning("grading WITHOUT the sandbox (%s=1): %s", sandbox.ALLOW_ENV, reason)
         self._stopped = None
+        # the nbgrader student id, for the kernel's environment (course.identity reads it)
+        self._student = str((resources or {}).get("nbgrader", {}).get("student") or "")
         self._skip = self._demo_cells(nb, resources) if self.skip_demos else set()
         _UNGRADED_GPU.clear()
         self._gpu_tests = self._gpu_tests_of(nb, resources)
@@ -228,7 +233,8 @@ class SandboxedExecute(Execute):
                     "COURSE_SANDBOX_NPROC": str(self.max_processes),
                     "COURSE_SANDBOX_FILE_MB": str(self.max_file_mb),
                     "COURSE_SANDBOX_TMP_MB": str(self.tmp_mb),
-                    "COURSE_GUARD": "1" if self.guard else "0"})
+                    "COURSE_GUARD": "1" if self.guard else "0",
+                    "COURSE_STUDENT_ID": getattr(self, "_student", "")})
         if os.environ.get("GRADE_KERNEL", "").strip().lower() == "gpu":
             env["COURSE_SANDBOX_GPU"] = "1"  # the device nodes in, no address-space limit (sandbox.py)
         return await super().async_start_new_kernel(env=env, **kwargs)

@@ -225,3 +225,34 @@ def test_autograde_alone_uses_the_sandbox():
     spec = json.loads((Path(sys.prefix) / "share/jupyter/kernels" / sandbox.KERNEL_NAME /
                        "kernel.json").read_text())
     assert spec["argv"][1].endswith("autograder/sandbox.py") and spec["interrupt_mode"] == "message"
+
+
+def test_the_graded_student_id_reaches_the_kernel_and_stays(course):
+    """The class runner passes nbgrader's student id into the kernel (course.identity.GRADED_ID,
+    read at kernel start); a submission that edits the environment, reloads the module and rebinds
+    the name changes it for its own cells only: a test cell sees the grader's id again. Without a
+    student (JupyterLab, nbval) there is no id (the negative control)."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    def graded_run(student):
+        test = new_code_cell("import course.identity as ci\nprint('C', ci.GRADED_ID, ci.identity('typed'))")
+        test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True,
+                                     "grade_id": "t", "points": 1, "schema_version": 3}
+        nb = new_notebook(cells=[
+            new_code_cell("import course.identity as ci\nprint('A', ci.GRADED_ID)"),
+            new_code_cell("import os, importlib\nos.environ['COURSE_STUDENT_ID'] = 'eve'\n"
+                          "importlib.reload(ci)\nci.GRADED_ID = 'eve'\nprint('B', ci.GRADED_ID, ci.identity('typed'))"),
+            test])
+        nb.metadata["kernelspec"] = {"name": "debug-course", "display_name": "x", "language": "python"}
+        resources = {"metadata": {"path": str(course / "autograded" / "me" / "a")}}
+        if student:
+            resources["nbgrader"] = {"student": student}
+        SandboxedExecute(timeout=30).preprocess(nb, resources)
+        return [text(c.outputs) for c in nb.cells]
+
+    a, b, c = graded_run("ada")
+    assert "A ada" in a, f"the kernel did not get the student id: {a!r}"
+    assert "B eve eve" in b, f"the submission's own cell should see its own edit: {b!r}"
+    assert "C ada ada" in c, f"a test cell must see the grader's id, whatever the submission did: {c!r}"
+    a, _, c = graded_run(None)
+    assert "A None" in a and "C None typed" in c, f"without a student there is no graded id: {a!r} {c!r}"
