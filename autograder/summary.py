@@ -14,7 +14,11 @@ the gradebook of ``autograder.database.db_url`` (``COURSE_DB_URL``):
 - "lost points": per submission and cell, why (errors and stderr seen in the autograded notebook);
 - "not graded: needs a GPU kernel": GPU tests (tagged ``gpu``) that a grader without CUDA left
   unrun; shown as ``n/g`` in the table, counted in no total, listed nowhere else;
-- "needs manual grade": the cells a person still has to grade.
+- "needs manual grade": the cells a person still has to grade;
+- for the capstone (``course.capstone.ASSIGNMENT``), each student's draw (family and bug, computed
+  from the student id as the grader computes it) beside the score, and the mean score per family,
+  so an instructor sees which families the class finds hard. Only this instructor report shows
+  draws: they are in no feedback file.
 
 Scores always come from the gradebook; the report only adds reasons. Exit status 0 (1 when an
 assignment named is not in the gradebook).
@@ -66,14 +70,17 @@ def summarize(root: Path, assignment: str, url: str) -> str:
     for grades in rows.values():
         for gid, (_, mx, *_) in grades.items():
             maximum[gid] = mx
-    headers = ["student"] + ids + ["total", "state"]
-    table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + [f"/{sum(maximum.values()):g}", ""]]
+    draw = capstone_draws(assignment)
+    headers = ["student"] + ids + ["total", "state"] + (["draw"] if draw else [])
+    table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + [f"/{sum(maximum.values()):g}", ""]
+             + ([""] if draw else [])]
+    by_family: dict[str, list[float]] = {}
     not_graded, lost, manual, gpu = [], [], [], []
     for student in sorted(set(rows) | set(submitted)):
         entry = report.get(student, {})
         grades = rows.get(student)
         if grades is None:
-            table.append([student] + ["-"] * len(ids) + ["-", "no row"])
+            table.append([student] + ["-"] * len(ids) + ["-", "no row"] + ([draw(student)[1]] if draw else []))
             not_graded.append(f"{student}: submitted but not in the gradebook (run make autograde)")
             continue
         marked = gpu_tests(root, assignment) | {gid for gid, c in entry.get("cells", {}).items()
@@ -91,7 +98,10 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         if unrun:
             gpu.append(f"{student}: {', '.join(unrun)}")
         state = entry.get("state", "no report")
-        table.append([student] + cells + [f"{sum(g[0] for g in grades.values()):g}", state])
+        total = sum(g[0] for g in grades.values())
+        table.append([student] + cells + [f"{total:g}", state] + ([draw(student)[1]] if draw else []))
+        if draw:
+            by_family.setdefault(draw(student)[0], []).append(total)
         if state in (grade_class.FAILED, grade_class.REJECTED, grade_class.INTERRUPTED):
             not_graded.append(f"{student}: {entry.get('reason', '')}")
         elif state == grade_class.GRADING:
@@ -123,7 +133,26 @@ def summarize(root: Path, assignment: str, url: str) -> str:
                          (grade_class.NOT_GRADED_GPU, gpu), ("needs manual grade", manual)):
         out.append(f"-- {title} ({len(items)})")
         out += [f"  {item}" for item in items] or ["  none"]
+    if draw:
+        out.append(f"-- mean score by the family drawn ({len(by_family)} families)")
+        out += [f"  {family}: {sum(v) / len(v):.2f} over {len(v)} student(s)"
+                for family, v in sorted(by_family.items())] or ["  none"]
     return "\n".join(out)
+
+
+def capstone_draws(assignment: str):
+    """For the capstone: student id -> (family, "family: bug"); None for every other assignment."""
+    try:
+        from course import capstone
+    except ImportError:
+        return None
+    if assignment != getattr(capstone, "ASSIGNMENT", None):
+        return None
+
+    def draw(student: str) -> tuple[str, str]:
+        family, bug = capstone.summary_row(student)
+        return family, f"{family}: {bug}"
+    return draw
 
 
 _KINDS: dict = {}

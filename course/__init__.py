@@ -16,7 +16,8 @@
 * ``course.phases``, ``course.throughput``: phase timing, the cost model, the async-save race (06);
 * ``course.manifest``, ``course.checkpoint``: run manifests, atomic checkpoints, restore (07);
 * ``course.generate``: generation on the KV cache and its consistency checks (08);
-* ``course.harness``: a multiple-choice evaluation harness and its statistics (09).
+* ``course.harness``: a multiple-choice evaluation harness and its statistics (09);
+* ``course.capstone``, ``course.identity``: the capstone's families and the draw keyed by a name (11).
 """
 
 from .data import IGNORE, Batch, MarkovLanguage

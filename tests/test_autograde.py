@@ -17,6 +17,7 @@ import csv
 import html.parser
 import json
 import os
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import pytest
 from autograde_cases import CASES as REAL_CASES
 from autograder import demo_cells, grading, toy_course
 from autograder.sandboxed_execute import NOT_GRADED_GPU, gpu_cells
+from course import capstone
 
 # GPU tests (test cells tagged gpu) are graded only where the grading kernel has CUDA; make test-gpu
 # runs this file with GRADE_KERNEL=gpu. Elsewhere they must be recorded as not graded.
@@ -327,3 +329,25 @@ def test_export_has_every_submission(graded, assignment):
     assert float(rows[SOLUTION]["score"]) == pytest.approx(full)
     if RELEASE in rows:
         assert float(rows[RELEASE]["score"]) == 0
+
+
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a == capstone.ASSIGNMENT])
+def test_capstone_draws_show_in_the_summary_and_in_no_feedback(graded, assignment):
+    """make summary puts each student's draw (computed from the id graded) on that student's row;
+    the feedback a student gets never names the bug drawn."""
+    run = graded(assignment)
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_DB_URL"}
+    proc = subprocess.run([sys.executable, "-m", "autograder.summary", assignment, "--root", str(run.root)],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()}
+    bugs = set()
+    for student in run.students:
+        family, bug = capstone.summary_row(student)
+        bugs.add(bug)
+        assert f"{family}: {bug}" in rows.get(student, ""), \
+            f"the summary row of {student} lacks its draw {family}: {bug}\n{proc.stdout}"
+    assert "-- mean score by the family drawn" in proc.stdout, proc.stdout
+    for student in run.students:
+        shown = _text(run.feedback(student))
+        assert not [b for b in bugs if b in shown], f"the feedback of {student} names a drawn bug"
