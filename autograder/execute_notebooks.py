@@ -43,6 +43,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from . import machine
+
 KERNEL_NAME = "debug-course"
 CELL_TIMEOUT = 600  # seconds; a solution cell is never expected to get near it
 
@@ -206,7 +208,8 @@ def notebook_edits(path: Path) -> list[str]:
 
 
 def execute(path: Path) -> None:
-    """(Re)build notebook ``path`` from its text twin if any, run it top to bottom, save it."""
+    """(Re)build notebook ``path`` from its text twin if any, run it top to bottom, save it; for a
+    solution notebook, record this machine as the one its outputs come from (``autograder.machine``)."""
     text = path.with_suffix(".py")
     nb = from_text(text) if text.exists() else nbformat.read(path, as_version=4)
     # store_widget_state stays on: with it off, nbclient 0.11 raises KeyError in
@@ -215,6 +218,8 @@ def execute(path: Path) -> None:
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     nbformat.write(strip_volatile(nb), path)
+    if path.parent.parent == machine.REPO / "solutions":  # a solution notebook: note where its outputs came from
+        machine.record(path.stem)
     if text.exists():
         record = record_path(path)
         record.parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
 """Shared pytest setup.
 
 1. nbval: tqdm progress bars and warnings write to stderr, whose text changes from run to run,
-   so strict nbval must not compare ``stderr`` streams. pytest applies a conftest's collection
-   hooks only below its own folder, so ``make test-notebooks`` loads this file as a plugin
-   (``-p tests.conftest``) to reach solutions/.
+   so strict nbval must not compare ``stderr`` streams. A notebook whose saved outputs another kind
+   of machine computed is compared with its numbers masked (``autograder.machine``). pytest
+   applies a conftest's collection hooks only below its own folder, so ``make test-notebooks``
+   loads this file as a plugin (``-p tests.conftest``) to reach solutions/.
 2. The repository root goes on sys.path so tests can import the ``autograder`` scripts package.
 3. Tests of ``course`` run torch on one intra-op thread: tiny models run fastest that way, and with
    two threads on a busy 2-core machine OpenMP spin-waiting made 30 steps take seconds instead of a
@@ -20,9 +21,25 @@ if ROOT not in sys.path:
 
 
 def pytest_collectstart(collector):
-    """Add 'stderr' to what nbval skips when comparing a notebook's outputs."""
+    """Add 'stderr' to what nbval skips when comparing a notebook's outputs; and when another kind of
+    machine made the notebook's saved outputs (``autograder.machine``), compare them with every
+    number masked, saying so in a warning."""
     if collector.fspath and collector.fspath.ext == ".ipynb":
         collector.skip_compare += ("stderr",)
+        from autograder import machine
+
+        made_on, here = machine.recorded(collector.fspath.purebasename), machine.fingerprint()
+        if made_on != here:
+            setup_sanitize_files = collector.setup_sanitize_files
+
+            def with_numbers_masked():
+                setup_sanitize_files()
+                collector.sanitize_patterns.update(machine.NUMBERS_MASKED)
+            collector.setup_sanitize_files = with_numbers_masked
+            collector.warn(pytest.PytestWarning(
+                f"{collector.fspath.basename}: its saved outputs were made on another kind of machine "
+                f"({made_on or 'not recorded'}; this one: {here}), so numbers are not compared: "
+                f"re-execute it here (make solutions) for an exact comparison"))
 
 
 @pytest.fixture(autouse=True, scope="module")
