@@ -356,7 +356,10 @@ def test_postgres_gradebook_parallel(toy_root, tmp_path):
 
 # ----------------------------------------------------------------- a crash mid-batch
 
-SLOW = "import time\ndef square(x):\n    time.sleep(20)\n    return x * x"
+# Slow only while the submission folder holds the file "slow" (the sandbox gives the kernel read-only
+# copies of the folder's files): the killed run is mid-grading for 20 s, the re-run of the same
+# notebook is not kept waiting.
+SLOW = "import os, time\ndef square(x):\n    if os.path.exists('slow'):\n        time.sleep(20)\n    return x * x"
 
 
 def grader_pids(root):
@@ -382,6 +385,8 @@ def test_crash_mid_batch_is_visible_and_a_rerun_completes_it(toy_root, tmp_path)
         submit(root, s, edited(root, cube="def cube(x):\n    return 0"))
     run_class(root, check_rc=0)
     submit(root, "c", edited(root, square=SLOW), timestamp="2030-01-02 10:00:00 UTC")
+    slow = root / "submitted" / "c" / A / "slow"
+    slow.write_text("sleep in square")
     env = {k: v for k, v in os.environ.items() if k != database.ENV}
     proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
                              "--jobs", "1", "--students", "c"], cwd=grading.REPO, env=env,
@@ -407,7 +412,10 @@ def test_crash_mid_batch_is_visible_and_a_rerun_completes_it(toy_root, tmp_path)
                              stdout=subprocess.PIPE, text=True, cwd=grading.REPO).stdout
     not_graded = summary.split("-- not graded")[1].split("-- lost points")[0]
     assert "c: grading was interrupted" in not_graded, summary
+    slow.unlink()  # the same notebook, graded again without the wait
+    started = time.monotonic()
     run_class(root, "--students", "c", check_rc=0)
+    assert time.monotonic() - started < 60, "the re-run waited in square: the 'slow' file reached it"
     rows = gradebook(url)
     assert {g: rows["c"][g][0] for g in AUTO} == AUTO, rows["c"]
     assert {g: rows["a"][g][0] for g in AUTO} == {"test_square": 1.0, "test_cube": 0.0}
