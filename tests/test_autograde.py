@@ -137,14 +137,7 @@ def _selected_assignments(request) -> list:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if item.module is request.module:
             wanted.add(params.get("assignment") or getattr(params.get("case"), "assignment", None))
-    return sorted((a for a in ASSIGNMENTS if a in wanted), key=lambda a: -_submissions(a))
-
-
-def _submissions(assignment) -> int:
-    """How many notebooks grading ``assignment`` runs (solution, release, one per case group): the
-    fixture starts the longest first, so no core idles at the end while one long assignment runs."""
-    source = json.loads(grading.source_path(assignment).read_text(encoding="utf-8"))
-    return 2 + len(grading.pack([c for c in CASES if c.assignment == assignment], source))
+    return [a for a in ASSIGNMENTS if a in wanted]
 
 
 @pytest.fixture(scope="module")
