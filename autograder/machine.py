@@ -24,6 +24,7 @@ computed them.
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,22 +55,22 @@ def fingerprint() -> str:
     return "; ".join(parts)
 
 
-def recorded(assignment: str, record: Path = RECORD) -> str | None:
+def recorded(assignment: str, path: Path = RECORD) -> str | None:
     """The fingerprint of the machine that made ``assignment``'s saved outputs (None: unknown)."""
     try:
-        return json.loads(record.read_text(encoding="utf-8")).get(assignment)
+        return json.loads(path.read_text(encoding="utf-8")).get(assignment)
     except (OSError, ValueError):
         return None
 
 
-def record(assignment: str, record: Path = RECORD) -> None:
+def record(assignment: str, path: Path = RECORD) -> None:
     """Note that ``assignment``'s solution outputs were just computed on this machine."""
     try:
-        entries = json.loads(record.read_text(encoding="utf-8"))
+        entries = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         entries = {}
     entries[assignment] = fingerprint()
-    record.write_text(json.dumps(dict(sorted(entries.items())), indent=1) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(dict(sorted(entries.items())), indent=1) + "\n", encoding="utf-8")
 
 
 NUMBER = r"(?<![\w.])[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?!\d)(?!\.\d)"
@@ -84,8 +85,6 @@ NUMBERS_MASKED = {
 
 def masked(text: str) -> str:
     """``text`` as nbval compares it when another kind of machine made the outputs."""
-    import re
-
     for pattern, replace in NUMBERS_MASKED.items():
         text = re.sub(pattern, replace, text)
     return text

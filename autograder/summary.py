@@ -79,8 +79,9 @@ def summarize(root: Path, assignment: str, url: str) -> str:
     for student in sorted(set(rows) | set(submitted)):
         entry = report.get(student, {})
         grades = rows.get(student)
+        family, drawn = draw(student) if draw else (None, None)
         if grades is None:
-            table.append([student] + ["-"] * len(ids) + ["-", "no row"] + ([draw(student)[1]] if draw else []))
+            table.append([student] + ["-"] * len(ids) + ["-", "no row"] + ([drawn] if draw else []))
             not_graded.append(f"{student}: submitted but not in the gradebook (run make autograde)")
             continue
         marked = gpu_tests(root, assignment) | {gid for gid, c in entry.get("cells", {}).items()
@@ -99,9 +100,9 @@ def summarize(root: Path, assignment: str, url: str) -> str:
             gpu.append(f"{student}: {', '.join(unrun)}")
         state = entry.get("state", "no report")
         total = sum(g[0] for g in grades.values())
-        table.append([student] + cells + [f"{total:g}", state] + ([draw(student)[1]] if draw else []))
+        table.append([student] + cells + [f"{total:g}", state] + ([drawn] if draw else []))
         if draw:
-            by_family.setdefault(draw(student)[0], []).append(total)
+            by_family.setdefault(family, []).append(total)
         if state in (grade_class.FAILED, grade_class.REJECTED, grade_class.INTERRUPTED):
             not_graded.append(f"{student}: {entry.get('reason', '')}")
         elif state == grade_class.GRADING:

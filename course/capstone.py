@@ -42,6 +42,7 @@ from typing import Callable
 import torch
 
 from . import mystery
+from .checks import training_moves  # the no-updates family's check (notebook 00's)
 from .model import ModelConfig
 from .pipeline import PARTS, Pipeline
 
@@ -90,28 +91,6 @@ def _loss_figure(curves: dict, pipe: Pipeline, title: str, ylim=None):
 def _mean(xs) -> float:
     xs = [x for x in xs if math.isfinite(x)]
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-# ----- no updates (notebook 00) -------------------------------------------------------------------
-def no_updates_symptom(pipe: Pipeline, seed: int = 11, steps: int = 40, window: int = 10) -> str | None:
-    """Notebook 00's check of a fix: trained ``steps`` steps on ``seed``, the mean loss of the last
-    ``window`` steps must be at least 0.05 below that of the first ``window``, and every parameter
-    tensor must move by more than 1e-4."""
-    from .grading import captured_warnings
-    from .train import start, train_steps
-
-    run = start(pipe, seed)
-    first = {n: p.detach().clone() for n, p in run.model.named_parameters()}
-    with captured_warnings():  # a pipeline that never steps makes the scheduler warn: evidence, not an error
-        train_steps(run, steps, eval_every=0)
-    losses = run.history["loss"]
-    drop = _mean(losses[:window]) - _mean(losses[-window:])
-    still = [n for n, p in run.model.named_parameters() if (p.detach() - first[n]).abs().max().item() <= 1e-4]
-    if not drop >= 0.05:
-        return f"trained for {steps} steps, the loss did not fall (drop {drop:+.3f})"
-    if still:
-        return f"trained for {steps} steps, these tensors did not move: {', '.join(still)}"
-    return None
 
 
 def _show_curve(steps: int, title: str, ylim=None):
@@ -342,7 +321,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("no-updates", "the loss does not move", "00_start_here",
            ("missing-step", "lr-zero", "requires-grad-off", "clip-to-zero"),
            Pipeline(seq_len=16, model=_SMALL_MODEL, n_train=512, n_val=64, batch_size=16, steps=40, warmup=5),
-           no_updates_symptom, _show_curve(40, "your draw: 40 steps")),
+           training_moves, _show_curve(40, "your draw: 40 steps")),
     Family("wrong-gradient", "the loss moves, but not as a correct gradient would move it", "03_overfit_controls",
            ("zero-grad-forgotten", "loss-broadcast"),
            Pipeline(seq_len=16, model=_SMALL_MODEL, batch_size=8, n_train=256, n_val=64),

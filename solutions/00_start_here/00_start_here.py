@@ -461,24 +461,8 @@ _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
 _off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+from course.checks import training_moves as _symptom  # the reference check, independent of your code
 from course.mystery import check_fix
-
-
-def _symptom(fixed, seed=11, steps=40, window=10):
-    """The reference check, independent of your code: train ``fixed`` on a fresh seed; the loss
-    must fall by at least 0.05 and every parameter tensor must move by more than 1e-4."""
-    run = _start(fixed, seed)
-    first = {n: p.detach().clone() for n, p in run.model.named_parameters()}
-    _train_steps(run, steps, eval_every=0)
-    losses = run.history["loss"]
-    drop = sum(losses[:window]) / window - sum(losses[-window:]) / window
-    still = [n for n, p in run.model.named_parameters() if (p.detach() - first[n]).abs().max().item() <= 1e-4]
-    if not drop >= 0.05:
-        return f"trained for {steps} steps, the fixed pipeline's loss did not fall (drop {drop:+.3f})"
-    if still:
-        return f"trained for {steps} steps, these tensors of the fixed pipeline did not move: {', '.join(still)}"
-    return None
-
 
 check_fix(fix, [_mystery.make(b, 130 + i, _SMALL) for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])],
           _symptom, what="fix", off=(_update_report,))
