@@ -6,7 +6,7 @@ one submission are graded as "pack_<names>", another id and so another draw. So 
 chosen so that its draw has the same bug as the draw of "solution" (resume: data-cursor-reset):
 ``capstone._choice(f"{stem}_{i}")[:2] == capstone._choice("solution")[:2]`` for the first such i,
 searched from 1 (``_same_bug`` below checks it at import). Each case also types its id into MY_NAME,
-as a learner would. Each alone case costs one notebook execution, so there are seven, each testing
+as a learner would. Each alone case costs one notebook execution, so there are eight, each testing
 something different.
 """
 from autograder.grading import Case
@@ -80,6 +80,10 @@ _ALT_FIX = '''def fix(pipe):
 _ALWAYS = "def detect(pipe):\n    return True\n"
 _NEVER = "def detect(pipe):\n    return False\n"
 _FRESH = "from course import Pipeline\n\ndef fix(pipe):\n    return Pipeline()\n"
+# Delegation to the package: the family's own check as the detector, the grader's answer as the fix.
+# Both are switched off while learner code is graded (capstone.PACKAGE_CHECKS, SWITCHED_OFF).
+_DELEGATES = {"detect": "def detect(pipe):\n    return capstone.resume_symptom(pipe) is not None\n",
+              "fix": "def fix(pipe):\n    return capstone.reference_fix(pipe)\n"}
 # Realistic wrong: a restore written from scratch with plain load_state_dict. It restores the cursor,
 # but also the checkpoint's learning rates: a run resumed with a new lr trains at the old one.
 _NAIVE_RESTORE = '''def fix(pipe):
@@ -105,6 +109,7 @@ def my_family():
 
 _ALT, _ALWAYS_ID, _NEVER_ID = _same_bug("cap_alt_detect_49"), _same_bug("cap_always_fires_5"), _same_bug("cap_never_fires_25")
 _FRESH_ID, _NAIVE_ID, _FAMILY_ID = _same_bug("cap_fresh_pipeline_96"), _same_bug("cap_wrong_fix_6"), _same_bug("cap_wrong_family_18")
+_DELEGATES_ID = _same_bug("cap_delegates_83")
 # Copied from a classmate: the solution notebook, untouched (MY_NAME still "solution"), handed in
 # under an id whose draw is another family: cap_copied_4 draws validation: val-overlaps-train (the
 # first cap_copied_<i> outside the resume family whose draw is cheap to run).
@@ -120,4 +125,6 @@ CASES = [
     Case(A, _NAIVE_ID, {"my_name": _name(_NAIVE_ID), "fix": _NAIVE_RESTORE}, expect_lost={FIX, FIX_H}, alone=True),
     Case(A, _FAMILY_ID, {"my_name": _name(_FAMILY_ID), "diagnosis": _WRONG_FAMILY}, expect_lost={DIAG_H}, alone=True),
     Case(A, _COPIED, {}, expect_lost={NAME_H, DIAG_H, DETECT, DETECT_H, FIX, FIX_H}, alone=True),
+    Case(A, _DELEGATES_ID, {"my_name": _name(_DELEGATES_ID), **_DELEGATES}, expect_lost={DETECT, DETECT_H, FIX, FIX_H},
+         alone=True),
 ]
