@@ -95,6 +95,8 @@ PATH_ATTRS = (("shell", "kernel"), ("shell.kernel", "session"), ("shell", "event
               ("shell", "InteractiveTB"), ("shell", "SyntaxTB"), ("shell", "user_module"),
               ("shell", "user_ns"), ("shell.display_trap", "hook"), ("shell.displayhook", "pub_socket"),
               ("shell.kernel", "iopub_socket"), ("shell.kernel", "iopub_thread"))
+# parts of the path that only display an error: replacing them hides nothing from nbgrader
+DISPLAY_ONLY = ("showtraceback", "_showtraceback", "showsyntaxerror", "showindentationerror")
 MARK = "#course-guard"
 _MISSING = object()
 
@@ -110,6 +112,7 @@ def install(shell) -> None:
     managed = ("input", "_", "__", "___", "get_ipython", "display", "exit", "quit")
     pristine_builtins = {k: v for k, v in bdict.items() if k not in managed}
     snap = {}            # module name -> (module, its class, {public name: object})
+    course_classes = {}  # a class defined in course -> its __dict__ when its module was imported
     modules = sys.modules
     real_stdout = sys.stdout
     write, flush = real_stdout.write, real_stdout.flush
@@ -125,8 +128,16 @@ def install(shell) -> None:
                              (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}))
 
     def snapshot(name, module):
-        attrs = {k: v for k, v in module.__dict__.items() if not k.startswith("_")}
+        # course's own modules: private names too (the graded-call isolation and the mystery
+        # registry are private), and the methods of the classes they define
+        own = name == "course" or name.startswith("course.")
+        attrs = {k: v for k, v in module.__dict__.items()
+                 if not k.startswith("_") or (own and not (k.startswith("__") and k.endswith("__")))}
         snap[name] = (module, type(module), attrs)
+        if own:
+            for v in attrs.values():
+                if isinstance_(v, type) and getattr_(v, "__module__", None) == name:
+                    course_classes[v] = dict(v.__dict__)
 
     if os.environ.get("COURSE_STUDENT_ID"):
         # the grader's student id, read before any submitted code runs (course.identity), and
@@ -192,6 +203,16 @@ def install(shell) -> None:
             return spec
 
     sys.meta_path.insert(0, Hook())
+
+    # No audit hook of a submission's: one cannot be removed, and it would see every test cell's
+    # source as it is compiled. A process forked from the kernel (a graded call's, course.isolation)
+    # may add its own seal.
+    kernel_pid, getpid = os.getpid(), os.getpid
+
+    def no_more_hooks(event, args):
+        if event == "sys.addaudithook" and getpid() == kernel_pid:
+            raise RuntimeError("audit hooks are refused in the grading kernel")
+    sys.addaudithook(no_more_hooks)
 
     # ---- IPython's execution path ---------------------------------------------------------
     refs = {"shell": shell}
@@ -440,6 +461,9 @@ def install(shell) -> None:
                 out.append(f"{name}.__class__")
             d = module.__dict__
             out += [f"{name}.{k}" for k, v in attrs.items() if d.get(k, out) is not v]
+        for cls, members in course_classes.items():
+            out += [f"{cls.__module__}.{cls.__qualname__}.{k}" for k, v in members.items()
+                    if k not in ("__dict__", "__weakref__", "__doc__") and cls.__dict__.get(k, out) is not v]
         return out
 
     def restore(test_names):
@@ -451,6 +475,13 @@ def install(shell) -> None:
             if type(module) is not cls:
                 object.__setattr__(module, "__class__", cls)
             module.__dict__.update(attrs)
+        for cls, members in course_classes.items():
+            for k, v in members.items():
+                if k not in ("__dict__", "__weakref__", "__doc__") and cls.__dict__.get(k, _MISSING) is not v:
+                    try:
+                        type.__setattr__(cls, k, v)
+                    except (AttributeError, TypeError):
+                        pass
         for k in test_names:
             if k in pristine_builtins and k in user_ns and user_ns[k] is not pristine_builtins[k]:
                 del user_ns[k]
@@ -557,7 +588,12 @@ def install(shell) -> None:
             payload = loads(parts[2]) if len(parts) > 2 else {}
             if isinstance_(payload, list):
                 payload = {"names": payload}
-            tampered = caller_problems(caller) + path_check(True)
+            replaced = path_check(True)
+            # the error display alone (a rich-traceback library replaces showtraceback): restored,
+            # noted, and the test graded honestly, as nbgrader does (errors come from the kernel's
+            # reply, not the display); any other part of the path replaced voids the test
+            shown = [r for r in replaced if r.split(" ")[0].rsplit(".", 1)[-1] in DISPLAY_ONLY]
+            tampered = caller_problems(caller) + [r for r in replaced if r not in shown]
             removed = traced() + side_hooks(True)
             saved, added = container_check(True)
             done = getattr_(info, "transformed_cell", None)
@@ -565,7 +601,7 @@ def install(shell) -> None:
                 tampered.append("an input transformer rewrote the grader's control cell")
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
-            return {"stage": "pre", "restored": restore(payload.get("names", [])),
+            return {"stage": "pre", "restored": restore(payload.get("names", [])) + shown,
                     "tampered": tampered, "removed": removed,
                     "suspended": [f"{label} {describe(x)}" for label, x in added
                                   if label == "custom exception handler" or not library(x)]}

@@ -14,9 +14,13 @@ The contract every graded exercise follows (README, "The exercise standard"):
   of learner code here runs under ``captured_warnings``, which prints each warning to stdout (so the
   feedback still shows it) instead of stderr.
 
-What these cannot stop: learner code runs in the same interpreter, so code written to undo them (for
-example, rebuilding a function from a code object copied before the test ran) is not prevented. The
-grading sandbox (``autograder/``) and the reviewer's eyes are the other layers.
+* **A graded call runs apart** (``course.isolation.run_apart``): ``assert_detector``,
+  ``assert_names`` and ``course.mystery.check_fix`` call the learner's function in a forked, sealed
+  process that holds no answer, and get back only plain data.
+
+What these cannot stop: code outside a graded call runs in the kernel itself, so code written to undo
+them (for example, rebuilding a function from a code object copied before the test ran) is not
+prevented. The grading sandbox (``autograder/``) and the reviewer's eyes are the other layers.
 """
 
 from __future__ import annotations
@@ -124,13 +128,20 @@ def assert_detector(detect: Callable[[object], bool], healthy: dict[str, object]
                     what: str = "detector", off: Iterable[Callable] = ()) -> None:
     """Fail, naming every misclassified case, unless ``detect`` is False on all healthy cases and
     True on all broken ones. Both dicts must be non-empty, so a constant answer cannot pass.
-    ``detect`` must return a bool (``True``/``False``, numpy and torch bools included). The package
-    functions in ``off`` are switched off while it runs."""
+    ``detect`` must return a bool (``True``/``False``, numpy and torch bools included). It runs
+    apart, where no answer exists (``course.isolation.run_apart``), with the package functions in
+    ``off`` and their private helpers switched off; the first exception it raised (in the order
+    of the cases) is raised here again."""
+    from .isolation import run_apart
+
     if not healthy or not broken:
         raise ValueError("a detector is graded on healthy and broken cases together")
-    with captured_warnings(), switched_off(*off):
-        missed = [name for name, case in broken.items() if not _as_bool(detect(case), what)]
-        false_alarms = [name for name, case in healthy.items() if _as_bool(detect(case), what)]
+    labels = [(name, True) for name in broken] + [(name, False) for name in healthy]
+    cases = list(broken.values()) + list(healthy.values())
+    outcomes = run_apart(detect, cases, lambda case, value: _as_bool(value, what), off=off)
+    said = [o.get() for o in outcomes]
+    missed = [name for (name, bad), fired in zip(labels, said) if bad and not fired]
+    false_alarms = [name for (name, bad), fired in zip(labels, said) if not bad and fired]
     problems = []
     if missed:
         problems.append(f"your {what} did not catch: {', '.join(missed)}")
@@ -153,14 +164,77 @@ def assert_names(name: Callable[[object], str], cases: dict[str, tuple[object, s
     """Fail unless ``name(case) == expected`` for every ``(case, expected)``; the message lists each
     miss with the learner's answer. The expected answer is shown only with ``show_expected`` (the
     feedback reaches the learner: a mystery's answer, hidden draws' above all, must not). The cases
-    must hold at least two different answers, so a constant cannot pass. The package functions in
-    ``off`` are switched off while ``name`` runs."""
+    must hold at least two different answers, so a constant cannot pass. ``name`` runs apart, where
+    no answer exists (``course.isolation.run_apart``), with the package functions in ``off`` and
+    their private helpers switched off; only the strings it returned come back."""
+    from .isolation import run_apart
+
     assert len({e for _, e in cases.values()}) > 1, "grade a namer on cases with different answers"
+    outcomes = run_apart(name, [case for case, _ in cases.values()], lambda case, got: _to_data(got), off=off)
     wrong = []
-    with captured_warnings(), switched_off(*off):
-        for label, (case, expected) in cases.items():
-            got = name(case)
-            if got != expected:
-                wrong.append(f"{label}: expected {expected!r}, got {got!r}" if show_expected
-                             else f"{label}: you answered {got!r}")
+    for (label, (_, expected)), outcome in zip(cases.items(), outcomes):
+        got = _from_data(outcome.get())
+        if isinstance(got, _Unsendable) or got != expected:
+            shown = str(got) if isinstance(got, _Unsendable) else repr(got)
+            wrong.append(f"{label}: expected {expected!r}, got {shown}" if show_expected
+                         else f"{label}: you answered {shown}")
     assert not wrong, f"your {what} named some cases wrongly: " + "; ".join(wrong)
+
+
+class _Unsendable(str):
+    """What a namer returned that is not plain data: its type and repr (never equal to an answer)."""
+
+
+def _to_data(value, depth=0):
+    """``value`` as JSON data that keeps tuples apart from lists (None, bool, int, float, str and
+    containers of them); anything else becomes its description."""
+    if value is None:
+        return value
+    for kind in (bool, str, int, float):  # subclasses too (numpy's float64, a str enum)
+        if isinstance(value, kind):
+            return kind(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return _to_data(value.item(), depth + 1)
+    if depth < 6 and isinstance(value, (list, tuple)):
+        return {"tuple" if isinstance(value, tuple) else "list": [_to_data(v, depth + 1) for v in value]}
+    return {"unsendable": f"{type(value).__name__} {repr(value)[:80]}"}
+
+
+def _from_data(data):
+    if isinstance(data, dict):
+        if "tuple" in data:
+            return tuple(_from_data(v) for v in data["tuple"])
+        if "list" in data:
+            return [_from_data(v) for v in data["list"]]
+        return _Unsendable(data.get("unsendable", "?"))
+    return data
+
+
+def graded_calls(fn: Callable, cases: list, send: Callable[[object], object] | None = None,
+                 off: Iterable[Callable] = ()) -> list:
+    """``[send(fn(case)) for case in cases]``, computed apart, where no answer exists
+    (``course.isolation.run_apart``), with the package functions in ``off`` and their private
+    helpers switched off. ``send`` turns a result into plain data in that process (default: the
+    result itself, which must then be JSON data); the first exception a call raised is raised
+    here again. For a call of learner code that ``assert_detector``, ``assert_names`` and
+    ``course.mystery.check_fix`` do not cover (a diagnosis record: ``send=course.record.as_data``)."""
+    from .isolation import run_apart
+
+    send = send or sendable
+    return [o.get() for o in run_apart(fn, list(cases), lambda case, value: send(value), off=off)]
+
+
+def sendable(value):
+    """``value`` if it is plain data (None, bool, int, float, str, and lists, tuples and dicts of
+    them), else a description of what it was: what ``graded_calls`` sends back by default."""
+    def plain(v, depth=0):
+        if v is None or type(v) in (bool, int, float, str):
+            return True
+        if depth < 4 and type(v) in (list, tuple):
+            return all(plain(x, depth + 1) for x in v)
+        if depth < 4 and type(v) is dict:
+            return all(type(k) is str and plain(x, depth + 1) for k, x in v.items())
+        return False
+    return value if plain(value) else {"not_plain_data": f"{type(value).__name__} {repr(value)[:80]}"}
+
+

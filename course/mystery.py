@@ -17,9 +17,13 @@ bug. ``draw`` makes sure of that:
 * **Hidden tests pass a salt** the learner never sees, so a table built from visible draws does
   not predict hidden ones.
 
-What it cannot stop: the function inside a ``Part`` is reachable by name-mangled attribute, and
-calling a part shows what it does (that is a test, and allowed). ``reveal`` and ``draw`` are package
-functions: grading switches them off (``course.grading.switched_off``) while learner code runs.
+Where the answer lives: in this process, in ``_SECRETS``, for grading. A graded call of learner code
+never runs here: ``course.isolation.run_apart`` runs it in a forked, sealed process that has
+forgotten every answer (``forget_all``), in which a part's function cannot be reached (``Part``
+holds it inside a suspended generator, and the routes into one are refused). Calling a part shows
+what it does: that is a test, and allowed. Outside graded calls (an ordinary cell) a learner can
+read the answers of the visible draws; grading therefore always includes fresh draws made inside
+the test cell, with a salt the learner does not see.
 
 Grading a fix: ``touched(pipe)`` names the fields the bug lives in; ``check_fix`` applies a learner's
 ``fix`` and insists that every other field is the same object, then hands the fixed pipeline to a
@@ -28,10 +32,13 @@ behavioural check (train it on fresh seeds, look at the symptom).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
 import random
+import sys
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -39,7 +46,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .bugs import inject
-from .model import Attention, TinyGPT, attention_mask
+from .model import Attention, ModelConfig, TinyGPT, attention_mask
 from .pipeline import PARTS, Pipeline, _windows
 
 HEALTHY = "healthy"
@@ -50,19 +57,65 @@ class NotOpaque(ValueError):
     """The bug changes a setting that ``draw`` cannot move into a part."""
 
 
-class Part:
-    """A part of a mystery pipeline: calls the function it holds, and says nothing about it."""
+_DEEPCOPY = object()
 
-    __slots__ = ("__fn",)
+
+def _holder(fn: Callable):
+    """A suspended generator that calls ``fn`` with what it is sent: the only reference to ``fn``
+    is a local of its frame, which CPython hands out only through audited routes (``gi_frame``,
+    the garbage collector), the routes a graded call's process refuses (``course.isolation``)."""
+    request = yield
+    while True:
+        args, kwargs = request
+        del request
+        try:
+            if args is _DEEPCOPY:  # a deep copy of the part: a part holding a deep copy of fn
+                answer = (True, Part(copy.deepcopy(fn, kwargs)))
+            else:
+                answer = (True, fn(*args, **kwargs))
+        except BaseException as err:  # noqa: BLE001  (handed to the caller, with no trace inside)
+            answer = (False, err.with_traceback(None))
+        del args, kwargs
+        request = yield answer
+        answer = None
+
+
+class Part:
+    """A part of a mystery pipeline: calls the function it holds, and says nothing about it.
+
+    The function is kept inside a suspended generator (``_holder``), not in an attribute, and an
+    exception from it comes out with no traceback of the part's insides: what a part does is
+    found by calling it. A part is not re-entrant (a part whose function calls the same part
+    raises ValueError); no pipeline part does."""
+
+    __slots__ = ("__gen",)
 
     def __init__(self, fn: Callable):
-        self.__fn = fn
+        gen = _holder(fn)
+        next(gen)
+        self.__gen = gen
 
     def __call__(self, *args, **kwargs):
-        return self.__fn(*args, **kwargs)
+        ok, value = self.__gen.send((args, kwargs))
+        if ok:
+            return value
+        raise value
 
     def __repr__(self) -> str:
         return "<part>"
+
+    def __copy__(self):
+        return self  # a part is a function: a copy is the same part
+
+    def __deepcopy__(self, memo):
+        # the function too (a part bound to a model, like an attention mask, follows the copy)
+        ok, value = self.__gen.send((_DEEPCOPY, memo))
+        if ok:
+            return value
+        raise value
+
+    def __reduce__(self):
+        raise TypeError("a mystery part cannot be pickled")
 
 
 # ----- defaults for the parts a plain Pipeline leaves as None -------------------------------------
@@ -229,6 +282,11 @@ def make(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -
     return pipe
 
 
+def forget_all() -> None:
+    """Drop every draw's answer (``course.isolation`` calls it in a graded call's process)."""
+    _SECRETS.clear()
+
+
 def reveal(pipe: Pipeline) -> str:
     """The answer of a drawn pipeline: the bug's name, or ``"healthy"``. Switched off while graded."""
     return _secret(pipe).answer
@@ -277,17 +335,37 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
               off: Iterable[Callable] = ()) -> None:
     """Grade ``fix`` on drawn ``pipes`` (fresh draws of the bug it is meant for): for each, the fixed
     pipeline must keep every field the bug did not touch, and ``symptom(fixed)`` (a behavioural check
-    that trains it, returning a problem or None) must find nothing. ``reveal``, ``draw`` and ``make``
-    are switched off while ``fix`` runs, with the functions in ``off``."""
+    that trains it, returning a problem or None) must find nothing.
+
+    ``fix`` decides apart, where no answer exists (``course.isolation.run_apart``), with ``reveal``,
+    ``draw``, ``make``, ``touched`` and the functions in ``off`` (and their private helpers) switched
+    off: what comes back is its result's ``fix_signature`` (which fields it changed, and to what kind
+    of value). The fixed pipeline itself cannot cross a process (a part may wrap the original parts,
+    or close over values), so ``fix`` runs once more here, from the same random state, with the
+    same functions switched off, and its result must have the same signature: a fix that chooses
+    differently where the answer can be read fails."""
     from .grading import captured_warnings, switched_off
+    from .isolation import rng_state, run_apart, set_rng_state
 
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
+    off = (reveal, draw, make, touched, *off)
+    state = rng_state()
+    decided = run_apart(fix, pipes, fix_signature, off=off)
     failures = []
-    for i, pipe in enumerate(pipes):
-        with captured_warnings(), switched_off(reveal, draw, make, touched, *off):
+    for i, (pipe, outcome) in enumerate(zip(pipes, decided)):
+        apart = outcome.get()
+        set_rng_state(state)
+        with captured_warnings(), switched_off(*off):
             fixed = fix(pipe)
-        problems = kept_problems(pipe, fixed)
+        problems = []
+        if fix_signature(pipe, fixed) != apart:
+            problems.append("your fix chose differently in the kernel than where it was graded apart; "
+                            "a fix must depend only on the pipeline it is given")
+        elif not isinstance(fixed, Pipeline):
+            problems.append(f"a fix must return a Pipeline (pipe.replace(part=...)), not {type(fixed).__name__}")
+        else:
+            problems = kept_problems(pipe, fixed)
         if not problems:
             with captured_warnings():
                 found = symptom(fixed)
@@ -296,3 +374,37 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
         if problems:
             failures.append(f"draw {i}: " + "; ".join(problems))
     assert not failures, f"your {what} did not hold up on fresh draws of the same bug: " + " | ".join(failures)
+
+
+def fix_signature(original: Pipeline, fixed) -> dict:
+    """What a fix did to ``original``, as JSON data: for each field of ``fixed`` that is not the same
+    object as ``original``'s, a description of its new value (a setting's repr, ``None``, a function
+    or class by module and name, a function made in the notebook by its name and code, another
+    object by its type). Equal signatures: the same fields changed to the same kinds of value."""
+    if not isinstance(fixed, Pipeline):
+        return {"not_a_pipeline": type(fixed).__qualname__}
+    out = {}
+    for f in dataclasses.fields(Pipeline):
+        value, before = getattr(fixed, f.name), getattr(original, f.name)
+        if value is before:
+            continue
+        out[f.name] = _describe(value) if f.name in PART_FIELDS else {"setting": repr(value)}
+    return out
+
+
+def _describe(value) -> dict:
+    import hashlib
+    import marshal
+
+    if value is None:
+        return {"none": True}
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    target = sys.modules.get(module) if isinstance(module, str) else None
+    for piece in (qualname or "<>").split("."):
+        target = getattr(target, piece, None)
+    if target is value:
+        return {"ref": [module, qualname]}
+    if isinstance(value, types.FunctionType):
+        return {"function": [module, qualname], "code": hashlib.sha256(marshal.dumps(value.__code__)).hexdigest()}
+    kind = type(value)
+    return {"object": [kind.__module__, kind.__qualname__]}

@@ -1,0 +1,211 @@
+"""course.isolation: a graded call runs where the answer does not exist, and only data comes back.
+
+Each route a work-free answer has taken to a mystery's answer gets a test that the route is closed
+in a graded call, beside a control that the same code reaches the answer in the kernel itself (so
+the test would fail if the route were open)."""
+import gc
+import os
+import sys
+
+import pytest
+
+from course import Pipeline, mystery
+from course.grading import SwitchedOff, assert_detector, assert_names
+from course.isolation import Sealed, private_helpers, run_apart
+
+SMALL = Pipeline().replace(steps=5, n_train=256, n_val=64)
+
+
+@pytest.fixture(scope="module")
+def draws():
+    return {"healthy": mystery.make("healthy", 1, SMALL), "broken": mystery.make("lr-zero", 2, SMALL)}
+
+
+def _ask(detect, draws):
+    assert_detector(detect, {"a healthy draw": draws["healthy"]}, {"a broken draw": draws["broken"]})
+
+
+def reads_registry(pipe):
+    return mystery._SECRETS[pipe].answer != "healthy"
+
+
+def walks_gc(pipe):
+    for o in gc.get_objects():
+        if type(o).__name__ == "WeakKeyDictionary" and pipe in o:
+            return o[pipe].answer != "healthy"
+    return False
+
+
+def opens_a_part(pipe):
+    holder = pipe.optimizer_factory._Part__gen
+    return holder.gi_frame.f_locals["fn"] is not Pipeline().optimizer_factory
+
+
+def walks_frames(pipe):
+    frame = sys._getframe(0)
+    while frame is not None:
+        for v in frame.f_locals.values():
+            if isinstance(v, dict) and any(c is pipe for c in v.values()):
+                return "broken" in str(list(v))
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("route", [reads_registry, walks_gc])
+def test_each_route_reaches_the_answer_in_the_kernel_itself(route, draws):
+    # the control: the same code, called here, reads the answer, so the next test can fail
+    assert route(draws["broken"]) is True and route(draws["healthy"]) is False
+
+
+@pytest.mark.parametrize("route", [reads_registry, walks_gc, opens_a_part, walks_frames])
+def test_no_route_reaches_the_answer_in_a_graded_call(route, draws):
+    with pytest.raises((KeyError, Sealed, AttributeError, AssertionError)):
+        _ask(route, draws)
+
+
+def test_a_part_holds_its_function_in_no_attribute():
+    part = mystery.Part(len)
+    assert part([1, 2]) == 2 and repr(part) == "<part>"
+    assert not hasattr(part, "__dict__") and not hasattr(part, "_Part__fn")
+    with pytest.raises(TypeError):
+        import pickle
+        pickle.dumps(part)
+
+
+def test_a_parts_exception_carries_no_trace_of_its_insides():
+    def inside(x):
+        raise ValueError("bad input")
+    with pytest.raises(ValueError, match="bad input") as info:
+        mystery.Part(inside)(1)
+    names = []
+    tb = info.value.__traceback__
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert "inside" not in names and "_holder" not in names, names
+
+
+def test_an_honest_detector_still_passes(draws):
+    # the negative control of the whole machinery: testing behaviour works in the sealed process
+    def detect(pipe):
+        model = pipe.build_model(0)
+        opt = pipe.make_optimizer(model, pipe)
+        return all(g["lr"] == 0 for g in opt.param_groups)
+    _ask(detect, draws)
+
+
+def test_calls_run_in_an_order_the_learner_cannot_predict():
+    # a detector that answers by call count would pass on cases graded broken-first
+    calls = []
+
+    def by_count(case):
+        calls.append(case)
+        return len(calls) <= 10
+    assert by_count(0)  # in the kernel the count does work ...
+    calls.clear()
+    with pytest.raises(AssertionError):  # ... but not in the graded call (1 in 184756 to pass)
+        assert_detector(by_count, {f"h{i}": -i for i in range(1, 11)}, {f"b{i}": i for i in range(1, 11)})
+
+
+def test_a_result_written_to_the_pipes_by_hand_is_refused():
+    def forge(case):
+        for fd in range(3, 64):
+            try:
+                if not os.isatty(fd):
+                    os.write(fd, b'{"token": "x", "results": [{"value": true}]}')
+            except OSError:
+                pass
+        return False
+    with pytest.raises(AssertionError, match="without an answer|did not catch"):
+        assert_detector(forge, {"h": 0}, {"b": 1})
+
+
+def test_a_process_that_exits_is_reported():
+    with pytest.raises(AssertionError, match="ended without an answer"):
+        assert_detector(lambda case: os._exit(3), {"h": 0}, {"b": 1})
+
+
+def test_exceptions_come_back_with_their_type_and_message():
+    def unfinished(case):
+        raise NotImplementedError()
+    with pytest.raises(NotImplementedError):
+        assert_detector(unfinished, {"h": 0}, {"b": 1})
+    with pytest.raises(ZeroDivisionError, match="division"):
+        assert_names(lambda case: str(1 / case), {"a": (0, "x"), "b": (1, "y")})
+
+
+def test_what_a_graded_call_prints_is_shown(capfd):
+    assert_names(lambda case: print("looking at", case) or str(case), {"a": (1, "1"), "b": (2, "2")})
+    assert "looking at 1" in capfd.readouterr().out
+
+
+def test_a_switched_off_function_and_its_private_helpers_stay_off():
+    from course import preflight
+    helpers = {h.__name__: h for h in private_helpers([preflight.preflight])}
+    assert "_overfit" in helpers, f"preflight's own checks are its private helpers: {sorted(helpers)}"
+    helper = helpers["_overfit"]
+    name = helper.__name__
+    out = run_apart(lambda case: helper(*case), [()], lambda case, v: v, off=[preflight.preflight])
+    with pytest.raises(SwitchedOff):
+        out[0].get()
+    assert helper.__code__.co_name == name  # the kernel's own copy is untouched
+
+
+def test_check_fix_grades_the_fix_it_decided_apart(draws):
+    import course.pipeline
+
+    seen = []
+
+    def symptom(fixed):
+        seen.append(fixed)
+        return None
+    broken = draws["broken"]
+    mystery.check_fix(lambda p: p.replace(optimizer_factory=course.pipeline.adamw), [broken], symptom)
+    fixed = seen[0]
+    assert fixed.optimizer_factory is course.pipeline.adamw and fixed.loss_fn is broken.loss_fn
+    with pytest.raises(AssertionError, match="must return a Pipeline"):
+        mystery.check_fix(lambda p: "fixed", [broken], symptom)
+    with pytest.raises(AssertionError, match="left every broken part"):
+        mystery.check_fix(lambda p: p, [broken], symptom)
+
+
+def test_a_private_copy_answers_the_package_not_the_notebook():
+    # nonfinite._bad is is_bad's code under another name, and trace (a tool the notebook allows)
+    # uses it: switched off with is_bad, trace still works, a direct call does not
+    from course import nonfinite
+    pipe = mystery.make("healthy", 3, SMALL)
+    off = (nonfinite.is_bad, nonfinite.first_nonfinite, nonfinite.locate)  # as notebook 02 switches off
+    tool, direct = run_apart(lambda p: len(nonfinite.trace(p, 2, 0)) > 0, [pipe], lambda c, v: v, off=off) + \
+        run_apart(lambda p: nonfinite._any_bad(nonfinite.trace(p, 2, 0)), [pipe], lambda c, v: v, off=off)
+    assert tool.get() is True
+    with pytest.raises(SwitchedOff, match="_any_bad"):
+        direct.get()
+    assert nonfinite._any_bad([]) is False  # and the kernel's own copy is untouched
+
+
+def test_a_fix_that_chooses_by_the_answer_where_it_can_fails(draws):
+    # apart it cannot read the registry and guesses; in the kernel it would read the answer
+    import course.pipeline
+
+    def sneaky(p):
+        try:
+            fields = mystery._SECRETS[p].touched
+        except KeyError:
+            return p.replace(loss_fn=course.pipeline.token_cross_entropy)
+        return p.replace(**{f: getattr(Pipeline(), f) for f in fields})
+    assert sneaky(draws["broken"]).optimizer_factory is course.pipeline.adamw  # the kernel's answer
+    with pytest.raises(AssertionError, match="chose differently"):
+        mystery.check_fix(sneaky, [draws["broken"]], lambda fixed: None)
+
+
+def test_a_fix_may_wrap_the_original_parts(draws):
+    # a part of the learner's own, holding an original part: it cannot cross a process, and need not
+    class Logged:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, *args):
+            return self.inner(*args)
+    import course.pipeline
+    mystery.check_fix(lambda p: p.replace(optimizer_factory=Logged(course.pipeline.adamw)), [draws["broken"]],
+                      lambda fixed: None)
