@@ -106,6 +106,23 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, temperature: floa
     return (out, torch.stack(used, dim=1)) if return_logits else out
 
 
+def _staggered_eos(new: torch.Tensor) -> tuple[int | None, torch.Tensor | None]:
+    """A token that the greedy continuations ``new`` (B, n) reach at different steps (or not at
+    all) in different rows, and those continuations as a correct generator returns them with it as
+    ``eos_id``: each row held at EOS after its first one, cut after the step where the last row
+    ends (all n steps if some row never emits it). ``(None, None)`` if no token is staggered."""
+    B, n = new.shape
+    for token in torch.unique(new).tolist():
+        hits = new == token
+        first = torch.where(hits.any(1), hits.int().argmax(1), torch.full((B,), n))
+        if len(set(first.tolist())) < 2:
+            continue
+        held = torch.where(torch.arange(n)[None, :] > first[:, None], torch.full_like(new, token), new)
+        length = n if bool((first == n).any()) else int(first.max()) + 1
+        return token, held[:, :length]
+    return None, None
+
+
 @torch.no_grad()
 def recompute_logits(model, tokens: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """The logits of each generated position recomputed from scratch: for k = 0.., the last-position
@@ -380,7 +397,9 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
     ``FixedLogits``; greedy output and logits against the full recompute; seeded sampling; sampled
     frequencies against ``softmax(logits / T)`` with and without top-k; the true-chain NLL of samples
     at T = 0.7 within ``tolerance`` of the reference generator's. ``gen`` runs with the functions in
-    ``off`` switched off (``course.grading.switched_off``); the references run outside."""
+    ``off`` switched off (``course.grading.switched_off``); the references run outside. EOS is also
+    checked on the trained model, with a token that some rows' greedy continuations reach before
+    others' (a finished row must be held at EOS while the rest go on)."""
     from .grading import switched_off
 
     problems = []
@@ -398,6 +417,11 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
         freq = {(T, k): gen(FixedLogits(probe), torch.zeros(rows, 1, dtype=torch.long), 1, temperature=T, top_k=k,
                             seed=seed + 7)[:, -1] for T, k in ((0.5, None), (2.0, None), (1.0, 2))}
         warm = gen(model, prompts, n, temperature=0.7, seed=seed + 8)
+    want = greedy_recompute(model, prompts, n)
+    eos, held = _staggered_eos(want[:, P:])
+    if eos is not None:
+        with switched_off(*off):
+            ended = gen(model, prompts, n, greedy=True, eos_id=eos)
     if tuple(bounded.shape) != (2, 8) or bounded[:, 3:].ne(1).any():
         problems.append(f"greedy on fixed logits with max_new_tokens=5 gave shape {tuple(bounded.shape)}, "
                         "expected the prompt plus 5 argmax tokens")
@@ -410,7 +434,12 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
                         f"got (tokens, cache, start) = {calls[1:]}")
     if tuple(stopped.shape) != (2, 4):
         problems.append(f"with EOS as the argmax, generation should stop after one token; shape {tuple(stopped.shape)}")
-    want = greedy_recompute(model, prompts, n)
+    if eos is not None:
+        expected = torch.cat([prompts, held], dim=1)
+        if ended.shape != expected.shape or not torch.equal(ended, expected):
+            problems.append(f"greedy with eos_id={eos}, a token some rows reach before others: a row that has emitted "
+                            "it must go on with eos_id while the others continue, and generation stop when every "
+                            f"row has (shape {tuple(ended.shape)}, expected {tuple(expected.shape)})")
     if greedy.shape != want.shape or not torch.equal(greedy, want):
         problems.append("greedy output differs from the full-recompute greedy continuation")
     else:

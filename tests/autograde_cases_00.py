@@ -135,6 +135,19 @@ RECORD_CONSTANT = _RECORD_HEAD + "        result='make_optimizer',\n    )\n"   #
 RECORD_REVEAL = _RECORD_HEAD + ("        result=__import__('course.mystery').mystery.reveal(pipe),\n"
                                 "    )\n")   # switched off while graded
 
+# Realistic wrong: compares the first and last single losses, not the windows' means: one noisy step
+# decides.
+STUCK_ENDPOINTS = ("def loss_is_stuck(losses, window=20, min_drop=0.05):\n"
+                   "    return losses[0] - losses[-1] < min_drop\n")
+# Realistic wrong: a record of junk text: every field filled, nothing in it refers to anything.
+RECORD_JUNK = ("from course.record import Diagnosis\n\n"
+               "def diagnosis_record(pipe):\n"
+               "    return Diagnosis('x', ['a', 'b'], 't', 'p', name_cause(pipe))\n")
+RECORD_UNRELATED = ("from course.record import Diagnosis\n\n"
+                    "def diagnosis_record(pipe):\n"
+                    "    return Diagnosis('lorem ipsum dolor', ['sit amet', 'consectetur adipiscing'],\n"
+                    "                     'sed eiusmod tempor', 'incididunt labore magna', name_cause(pipe))\n")
+
 CASES = [
     # group 1: every alternative correct answer
     Case(A, "stuck_alt_statistics", {"loss_is_stuck": STUCK_ALT}, set()),
@@ -160,4 +173,8 @@ CASES = [
     Case(A, "detect_delegates", {"detect": DETECT_DELEGATES}, {T_DETECT}),
     Case(A, "fix_returns_pipe", {"fix": FIX_NOTHING}, {T_FIX}),
     Case(A, "record_reads_reveal", {"diagnosis_record": RECORD_REVEAL}, {T_RECORD}),
+    # group 6: realistic wrong answers found in review
+    Case(A, "stuck_compares_endpoints", {"loss_is_stuck": STUCK_ENDPOINTS}, {T_STUCK}),
+    Case(A, "record_junk_text", {"diagnosis_record": RECORD_JUNK}, {T_RECORD}),
+    Case(A, "record_fields_unrelated", {"diagnosis_record": RECORD_UNRELATED}, {T_RECORD}),
 ]

@@ -228,6 +228,22 @@ GATE_NO_EOS = '''def mask_gate(batch, examples, template, eos_id):
             raise ValueError(f"row {i}: answer not supervised")
 '''
 
+# Realistic wrong: checks the layout (which targets are ignored, the EOS id) but not the values of the
+# supervised targets, so unshifted, late or constant answer targets pass it.
+GATE_LAYOUT_ONLY = '''def mask_gate(batch, examples, template, eos_id):
+    if batch.inputs.shape != batch.targets.shape or batch.inputs.shape[0] != len(examples):
+        raise ValueError("the batch does not hold one row per example")
+    for i, (prompt, answer) in enumerate(examples):
+        context = len(template.user) + len(prompt) + len(template.assistant)
+        n = context + len(answer)
+        row_y = batch.targets[i].tolist()
+        scored = [t != IGNORE for t in row_y]
+        if scored != [False] * (context - 1) + [True] * (n - context + 1) + [False] * (len(row_y) - n):
+            raise ValueError(f"row {i}: the wrong targets are ignored")
+        if row_y[n - 1] != eos_id:
+            raise ValueError(f"row {i}: the EOS is not supervised")
+'''
+
 
 CASES = [
     # ---- Exercise 2: the collator
@@ -247,6 +263,7 @@ CASES = [
          _GATE_TESTS),
     Case(_A, "gate_asserts_whole_rows", {"mask_gate": GATE_ALT}, set()),
     Case(_A, "gate_forgets_eos_and_padding", {"mask_gate": GATE_NO_EOS}, _GATE_TESTS),
+    Case(_A, "gate_layout_not_values", {"mask_gate": GATE_LAYOUT_ONLY}, {"test_mask_gate_hidden"}),
     # ---- Exercise 1 (a): the mystery detector, graded by mutation
     Case(_A, "detect_other_seed_and_budget", {"mystery_detect": DETECT_ALT}, set()),
     Case(_A, "detect_loss_falls", {"mystery_detect": DETECT_LOSS_FALLS}, _DETECT_TESTS),

@@ -192,6 +192,27 @@ def fix(pipe):
     return pipe.replace(restore=checkpoint.restore_state)
 """
 
+# Realistic wrong: keeps the configured learning rate (and its schedule's base) but loads every other
+# hyperparameter (weight decay, betas) from the checkpoint: a new weight decay is lost.
+_FIX_LR_ONLY = """def restore_keeping_config(run, ckpt):
+    opt, sched = run.optimizer, run.scheduler
+    run.model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    sched.load_state_dict(ckpt["scheduler"])
+    sched.base_lrs = [run.pipe.lr for _ in opt.param_groups]
+    for g, fn, base in zip(opt.param_groups, sched.lr_lambdas, sched.base_lrs):
+        g["initial_lr"] = base
+        g["lr"] = base * fn(sched.last_epoch)
+    sched._last_lr = [g["lr"] for g in opt.param_groups]
+    torch.set_rng_state(ckpt["torch_rng"])
+    run.step, run.data_offset = ckpt["step"], ckpt["data_offset"]
+    run.history, run.val = ckpt["history"], ckpt["val"]
+
+
+def fix(pipe):
+    return pipe.replace(restore=restore_keeping_config)
+"""
+
 CASES = [
     # manifest_diff
     Case(A, "diff_symmetric_pairs", {"manifest_diff": _DIFF_ALT}, set()),
@@ -213,6 +234,7 @@ CASES = [
     # fix
     Case(A, "fix_edits_state_dicts", {"fix": _FIX_ALT}, set()),
     Case(A, "fix_quick", {"fix": _FIX_QUICK}, {FIX}),
+    Case(A, "fix_keeps_only_the_lr", {"fix": _FIX_LR_ONLY}, {FIX}),
     Case(A, "fix_fresh_optimizer", {"fix": _FIX_FRESH_OPTIMIZER}, {FIX}),
     Case(A, "fix_delegates", {"fix": _FIX_DELEGATES}, {FIX}),
     Case(A, "fix_returns_pipe", {"fix": "def restore_keeping_config(run, ckpt):\n    pass\n\n\ndef fix(pipe):\n    return pipe\n"},

@@ -122,10 +122,23 @@ _FIX_MONITOR_ZERO = """def fix(pipe):
     return pipe
 """
 
+# Realistic wrong: reports whether the loss was finite, not whether the scaler skipped the step; a
+# finite loss whose scaled gradient overflows is skipped by the scaler and reported as a step.
+_STEP_REPORTS_LOSS = """def amp_step(model, optimizer, scaler, loss, clip):
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    return not bool(torch.isfinite(loss))
+"""
+
 CASES = [
     # amp_step
     Case(A, "step_skip_from_gradients", {"amp_step": _STEP_ALT}, set()),
     Case(A, "step_clips_scaled_gradients", {"amp_step": _STEP_CLIP_SCALED}, {STEP}),
+    Case(A, "step_reports_the_loss", {"amp_step": _STEP_REPORTS_LOSS}, {STEP}),
     Case(A, "step_trusts_return_value", {"amp_step": _STEP_RETURN_VALUE}, {STEP}),
     Case(A, "step_delegates",
          {"amp_step": "def amp_step(model, optimizer, scaler, loss, clip):\n"

@@ -99,7 +99,8 @@ _NAIVE_RESTORE = '''def fix(pipe):
 '''
 _WRONG_FAMILY = '''def my_diagnosis():
     return Diagnosis(symptom="the loss jumps after the resume", hypotheses=["a bad batch", "a bad optimizer step"],
-                     test="replay from the last checkpoint on other data", prediction="data: no spike on other data",
+                     test="replay from the last checkpoint on other data",
+                     prediction="a bad batch: no spike on other data; a bad optimizer step: the spike again",
                      result="spike on other data")
 
 
