@@ -105,6 +105,8 @@ SHELL_HOOKS = {
 }
 # ordinary uses of the same families, on a solved notebook: full marks, nothing voided
 HARMLESS_HOOKS = (IP + "ip.input_transformers_post.append(lambda lines: lines)\n"
+                  # a rich-traceback library's move: the error display replaced (restored, noted)
+                  "_show = ip.showtraceback\nip.showtraceback = lambda *a, **k: _show(*a, **k)\n"
                   "import ast\nclass Nothing(ast.NodeTransformer):\n    pass\nip.ast_transformers.append(Nothing())\n"
                   "runs = []\nip.events.register('post_run_cell', lambda result: runs.append(1))\n"
                   "ip.events.register('pre_execute', lambda: None)\n"
@@ -332,6 +334,8 @@ def test_harmless_hooks_cost_nothing(toy_class):
     outs = run.outputs("hook_harmless")
     assert not any("GradingIntegrityError" in text for text in outs.values()), outs
     assert "put back after the test" in outs["test_square"], outs
+    assert "restored what the submission had replaced" in outs["test_square"] and \
+        "showtraceback" in outs["test_square"], outs
 
 
 def test_timeout_is_in_the_feedback(toy_class):

@@ -27,9 +27,11 @@
 # code on cases you have not seen (other seeds, other bugs). A detector is graded like a test suite:
 # it must stay quiet on healthy pipelines *and* fire on broken ones, so answering always "bug" (or
 # never) scores nothing. While your code is graded, the package functions that would do the exercise
-# for you (here `course.checks.update_report`, and the functions that draw and reveal mysteries) are
-# switched off: call them and the test fails. A warning your code triggers is printed, never held
-# against you. Do not delete or edit the test cells. Before you submit, press *Validate* in the
+# for you (here `course.checks.update_report` and `course.checks.training_moves`, their private
+# helpers, and the functions that draw and reveal mysteries) are switched off: call them and the test
+# fails. Each graded call of your function runs in a copy of the kernel that holds no answer (the
+# mystery's bug, the test's expected values): your code can test the pipeline it is given, and nothing
+# else is there to read. A warning your code triggers is printed, never held against you. Do not delete or edit the test cells. Before you submit, press *Validate* in the
 # notebook's toolbar: it saves the notebook, runs it from the top and lists every test cell that fails.
 
 # %% [markdown]
@@ -109,6 +111,7 @@ reveal(f"the colleague's mean loss over its last 20 of {STEPS} steps", predictio
 # losses is **at least `min_drop` below** the mean of the first `window` losses; else `False`.
 #
 # * A loss that *rises* is stuck too: it did not fall.
+# * Compare the two windows' means, not single losses: one noisy step must not decide.
 # * Use the `window` and `min_drop` you are given: the hidden tests call it with other values.
 # * Return a `bool` (a numpy or torch boolean is accepted). Exact ties at `min_drop` are not tested.
 #
@@ -157,6 +160,10 @@ with captured_warnings():
         "use the min_drop you are given: a drop smaller than it is stuck"
     assert not loss_is_stuck([2.0] * 10 + [1.99] * 10, window=10, min_drop=0.001), \
         "use the min_drop you are given: a drop at least that large is not stuck"
+    assert loss_is_stuck([3.0] + [2.0] * 19, window=10, min_drop=0.2), \
+        "compare the means of the first and last windows, not single losses: one high first loss must not decide"
+    assert not loss_is_stuck([3.0] * 10 + [2.0] * 9 + [3.5], window=10, min_drop=0.2), \
+        "compare the means of the first and last windows, not single losses: one noisy last step must not decide"
     assert not loss_is_stuck([2.0] * 5 + [3.0] * 30 + [1.0] * 5, window=5, min_drop=0.5), \
         "use the window you are given: compare the first and the last `window` losses"
 ### END HIDDEN TESTS
@@ -354,7 +361,8 @@ _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+_off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 assert_detector(detect,
                 healthy={f"healthy draw {i}": _mystery.make("healthy", 100 + i, _SMALL) for i in range(2)},
                 broken={f"broken draw {i}": _mystery.make(b, 110 + i, _SMALL)
@@ -413,7 +421,8 @@ _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+_off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 _visible = {f"draw {i}": _mystery.make(b, 120 + i, _SMALL) for i, b in enumerate(["healthy"] + _NO_UPDATES)}
 _expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _visible.items()}
 assert_names(name_cause, {k: (p, _expected[k]) for k, p in _visible.items()}, what="name_cause", off=_off)
@@ -460,15 +469,16 @@ _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+_off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 from course.checks import training_moves as _symptom  # the reference check, independent of your code
 from course.mystery import check_fix
 
 check_fix(fix, [_mystery.make(b, 130 + i, _SMALL) for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])],
-          _symptom, what="fix", off=(_update_report,))
+          _symptom, what="fix", off=(_update_report, _symptom))
 ### BEGIN HIDDEN TESTS
 check_fix(fix, [_mystery.make(b, 41 + i, _SMALL, salt="h-00-fix-8e2") for i, b in enumerate(_NO_UPDATES)],
-          lambda fixed: _symptom(fixed, seed=23), what="fix", off=(_update_report,))
+          lambda fixed: _symptom(fixed, seed=23), what="fix", off=(_update_report, _symptom))
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -496,7 +506,10 @@ plt.show()
 # whose `result` is the part your test found broken, one of `ANSWERS` (exactly that string).
 #
 # The record must come from the investigation, not from memory: it is graded on your mystery and on
-# fresh draws you have not seen, so a `result` typed in as a constant cannot pass.
+# fresh draws you have not seen, so a `result` typed in as a constant cannot pass. Its form is checked
+# by `Diagnosis.problems()`: every line in words (two or more), two different hypotheses, a
+# prediction that says what the test shows under your hypotheses (it shares a word with one), and a
+# test that is the one they are about (it shares a word with them). Your own words are fine.
 
 # %% nbgrader={"grade": false, "grade_id": "diagnosis_record", "locked": false, "schema_version": 3, "solution": true}
 from course.record import Diagnosis
@@ -528,27 +541,26 @@ _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-_off = (_update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
-from course.record import Diagnosis as _Diagnosis
+from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+_off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+from course.grading import graded_calls
+from course.record import as_data as _as_data, from_data as _from_data
 
 _ANSWERS = ("healthy", "prepare", "make_optimizer", "optimizer_factory", "update")
-with captured_warnings(), switched_off(*_off):
-    record = diagnosis_record(mystery)
-assert isinstance(record, _Diagnosis), "diagnosis_record must return a course.record.Diagnosis"
+record = _from_data(graded_calls(diagnosis_record, [mystery], _as_data, off=_off)[0])
+assert record is not None, "diagnosis_record must return a course.record.Diagnosis"
 assert record.problems() == [], f"the record is not yet a falsifiable investigation: {record.problems()}"
 assert record.result in _ANSWERS, f"result must be one of {_ANSWERS}, not {record.result!r}"
 ### BEGIN HIDDEN TESTS
-_own = (_mystery.touched(mystery) or ("healthy",))[0]
-_fresh_records = {f"fresh draw {i}": _mystery.make(b, 61 + i, _SMALL, salt="h-00-rec-2a7")
-                  for i, b in enumerate(["clip-to-zero", "requires-grad-off", "lr-zero"])}
-_fresh_expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _fresh_records.items()}
-assert record.result == _own, "result should be the part your investigation of your mystery found broken"
-with captured_warnings(), switched_off(*_off):
-    _got = {k: diagnosis_record(p) for k, p in _fresh_records.items()}
-for _k, _r in _got.items():
-    assert isinstance(_r, _Diagnosis) and _r.problems() == [], f"{_k}: the record is not a falsifiable investigation"
-    assert _r.result == _fresh_expected[_k], \
-        f"{_k}: the result does not name the broken part; it must come from testing the pipe you are given"
+assert record.result == (_mystery.touched(mystery) or ("healthy",))[0], \
+    "result should be the part your investigation of your mystery found broken"
+_fresh = [_mystery.make(b, 61 + i, _SMALL, salt="h-00-rec-2a7")
+          for i, b in enumerate(["clip-to-zero", "requires-grad-off", "lr-zero"])]
+for _i, (_p, _r) in enumerate(zip(_fresh, graded_calls(diagnosis_record, _fresh, _as_data, off=_off))):
+    _r = _from_data(_r)
+    assert _r is not None and _r.problems() == [], f"fresh draw {_i}: the record is not a falsifiable investigation"
+    assert _r.result == (_mystery.touched(_p) or ("healthy",))[0], \
+        f"fresh draw {_i}: the result does not name the broken part; it must come from testing the pipe you are given"
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -761,6 +761,11 @@ CAUSE = {"healthy": "healthy", "missing-step": "no-step", "lr-zero": "lr-zero",
          "unshifted-targets": "targets-misaligned"}
 _cases = {name: (p, CAUSE[mystery.reveal(p)]) for name, p in mysteries.items()}
 assert_names(name_cause, _cases, what="name_cause", off=_OFF)
+### BEGIN HIDDEN TESTS
+assert_names(name_cause, {f"fresh draw {i}": (mystery.make(b, 300 + i, small, salt="h-01-v7c"), CAUSE[b])
+                          for i, b in enumerate(("healthy", "lr-zero", "no-positions"))},
+             what="name_cause (fresh draws)", off=_OFF)
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here

@@ -666,6 +666,10 @@ _OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text
 _seen = {k: (m, _mystery.reveal(m)) for k, m in mysteries.items()}
 assert_detector(detect, {k: m for k, (m, a) in _seen.items() if a == "healthy"},
                 {k: m for k, (m, a) in _seen.items() if a != "healthy"}, what="detect", off=_OFF)
+### BEGIN HIDDEN TESTS
+assert_detector(detect, {"a fresh healthy draw": _mystery.make("healthy", 61, MYSTERY_BASE, "h-02-v3d")},
+                {"a fresh broken draw": _mystery.make(CANDIDATES[1], 62, MYSTERY_BASE, "h-02-v3d")}, what="detect", off=_OFF)
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
@@ -720,6 +724,10 @@ from course.grading import assert_names
 _OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _seen = {k: (m, _mystery.reveal(m)) for k, m in mysteries.items()}
 assert_names(name_cause, _seen, what="name_cause", off=_OFF)
+### BEGIN HIDDEN TESTS
+assert_names(name_cause, {f"fresh draw {i}": (_mystery.make(b, 63 + i, MYSTERY_BASE, "h-02-v3c"), b)
+                          for i, b in enumerate(("healthy", CANDIDATES[-1]))}, what="name_cause", off=_OFF)
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
@@ -779,6 +787,9 @@ from course import mystery as _mystery
 _OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _mystery.check_fix(fix, [_mystery.make(b, 40 + i, MYSTERY_BASE) for i, b in enumerate(("causal-mask-strict", "lr-sign-typo"))],
                    fix_symptom, what="fix", off=_OFF)
+### BEGIN HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make("lr-sign-typo", 65, MYSTERY_BASE, "h-02-v3f")], fix_symptom, what="fix", off=_OFF)
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here

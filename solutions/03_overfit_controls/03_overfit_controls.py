@@ -446,6 +446,11 @@ _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1
 _healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _BASE) for s in (11, 12)}
 _broken = {n: _mystery.make(n, 13, _BASE) for n in ("zero-grad-forgotten", "loss-broadcast", "embedding-not-in-optimizer", "missing-step")}
 assert_detector(detect, _healthy, _broken, what="detector", off=_OFF)
+### BEGIN HIDDEN TESTS
+assert_detector(detect, {"a fresh healthy draw": _mystery.make("healthy", 71, _BASE, salt="h-03-v5d")},
+                {"a fresh broken draw": _mystery.make("zero-grad-forgotten", 72, _BASE, salt="h-03-v5d")},
+                what="detector", off=_OFF)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # Hidden tests: fresh healthy draws, and broken draws of bugs this notebook never showed you.
@@ -739,7 +744,8 @@ assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], lang.EOS),
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Hidden tests: off-by-one masks, a scored answer prefix, scored padding, a wrong EOS id, on other
+# Hidden tests: off-by-one masks, a scored answer prefix, scored padding, a wrong EOS id, and
+# supervised targets with the right layout but the wrong values (unshifted, late, constant), on other
 # templates.
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -770,7 +776,15 @@ def _bank(tpl, seed):
         "first answer token ignored": variant(lambda t, i: t[i].__setitem__(ctx[i] - 1, IGNORE)),
         "EOS target is padding": variant(lambda t, i: t[i].__setitem__(ends[i] - 1, 13)),
         "padding scored": Batch(good.inputs, torch.where(good.inputs.roll(-1, 1) == 13, torch.full_like(good.targets, 13), good.targets), 13),
+        # the layout right, the values wrong: only a gate that compares the targets themselves sees these
+        "answer targets not shifted": variant(lambda t, i: t[i].__setitem__(slice(ctx[i] - 1, ends[i] - 1),
+                                                                            good.inputs[i, ctx[i] - 1: ends[i] - 1])),
+        "answer targets one token late": variant(lambda t, i: t[i].__setitem__(slice(ctx[i], ends[i] - 1),
+                                                                               good.targets[i, ctx[i] - 1: ends[i] - 2].clone())),
+        "answer targets all one token": variant(lambda t, i: t[i].__setitem__(slice(ctx[i] - 1, ends[i] - 1), 12)),
     }
+    for name, b in broken.items():
+        assert not torch.equal(b.targets, good.targets), f"grader: the variant {name!r} equals the healthy batch"
     return (good, ex, tpl), {k: (b, ex, tpl) for k, b in broken.items()}
 
 

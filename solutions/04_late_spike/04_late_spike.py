@@ -775,6 +775,11 @@ _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_
 assert_detector(detect, healthy={"healthy draw": _mystery.make("healthy", 1, _BASE)},
                 broken={"corrupted-shard draw": _mystery.make("corrupted-shard", 2, _BASE)},
                 what="spike detector", off=_off)
+### BEGIN HIDDEN TESTS
+assert_detector(detect, healthy={"a fresh healthy draw": _mystery.make("healthy", 61, _BASE, salt="h-04-v2d")},
+                broken={"a fresh broken draw": _mystery.make("corrupted-shard", 62, _BASE, salt="h-04-v2d")},
+                what="spike detector", off=_off)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # Hidden tests: healthy draws and the other bugs of the family (one you have not seen), fresh configurations.
@@ -838,6 +843,11 @@ _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_
 assert_names(name_cause, {"corrupted-shard draw": (_mystery.make("corrupted-shard", 12, _BASE), "data"),
                           "lr-burst draw": (_mystery.make("lr-burst", 13, _BASE), "optimizer")},
              what="name_cause", off=_off)
+### BEGIN HIDDEN TESTS
+assert_names(name_cause, {"fresh draw 0": (_mystery.make("lr-burst", 63, _BASE, salt="h-04-v2c"), "optimizer"),
+                          "fresh draw 1": (_mystery.make("corrupted-shard", 64, _BASE, salt="h-04-v2c"), "data")},
+             what="name_cause", off=_off)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # Hidden tests: a healthy draw and fresh draws of the other bugs of the family (one you have not seen).
@@ -897,6 +907,10 @@ from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE)], lambda p: _spike_symptom(p, seed=7),
                    what="fix", off=_off)
+### BEGIN HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make("lr-burst", 65, _BASE, salt="h-04-v2f")], lambda p: _spike_symptom(p, seed=7),
+                   what="fix", off=_off)
+### END HIDDEN TESTS
 
 # %% [markdown]
 # Hidden tests: fresh draws of each of the three bugs, trained on a fresh seed.

@@ -598,8 +598,9 @@ _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 # `fix(pipe)` returns the pipeline with that restore. The lines that load the weights, the RNG and the
 # cursor are given; write the optimizer and scheduler part. Graded by behaviour on fresh draws of
 # stale-resume pipelines: trained on a fresh seed, split with a save and resume, the run must equal
-# the unbroken run (to 1e-6); resumed with a new learning rate, the used rates must be the new
-# configuration's schedule and the loss curve that of a correct resume. `checkpoint.restore_state`
+# the unbroken run (to 1e-6); resumed with a new learning rate and weight decay, the used rates must
+# be the new configuration's schedule and the run (its losses, and its parameter norms to a relative
+# 1e-6) that of a correct resume. `checkpoint.restore_state`
 # and the package's resume helpers are switched off while your restore runs.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
@@ -643,8 +644,9 @@ _PACKAGE = (_ck.restore_state, _ck._restore, _ck.resume_check) + tuple(
     if callable(getattr(_bugs_resume, _n)) and getattr(getattr(_bugs_resume, _n), "__module__", "") == _bugs_resume.__name__)
 
 def _still_stale(fixed, seed=5, first=8, then=8):
-    """None if `fixed` resumes like the reference on a fresh seed, with its own and with a new lr."""
-    new = fixed.replace(lr=fixed.lr * 0.4)
+    """None if `fixed` resumes like the reference on a fresh seed, with its own config and with a new
+    one (another learning rate and weight decay: every configured hyperparameter, not the rate alone)."""
+    new = fixed.replace(lr=fixed.lr * 0.4, weight_decay=fixed.weight_decay + 0.5)
     unbroken = _steps(_start(fixed, seed), first + then, eval_every=0)
     data = _ck.to_memory(_steps(_start(fixed, seed), first, eval_every=0)).getvalue()
     reference = _steps(_resume(new.replace(restore=_ck.restore_state), _io.BytesIO(data)), then, eval_every=0)
@@ -663,8 +665,10 @@ def _still_stale(fixed, seed=5, first=8, then=8):
                 f"{far + (['lr'] if same.history['lr'] != unbroken.history['lr'] else [])}: is every piece of state restored?")
     if any(abs(u - w) > 1e-9 * w for u, w in zip(moved.history["lr"][first:], reference.history["lr"][first:])):
         return "resumed with a new learning rate, the rates the loop used are not the new config's schedule"
-    if max(abs(a - b) for a, b in zip(moved.history["loss"], reference.history["loss"])) > 1e-4:
-        return "resumed with a new learning rate, the loss curve is not that of a correct resume"
+    if max(abs(a - b) for a, b in zip(moved.history["loss"], reference.history["loss"])) > 1e-4 or \
+            max(abs(a - b) / b for a, b in zip(moved.history["param_norm"], reference.history["param_norm"])) > 1e-6:
+        return ("resumed with a new learning rate and weight decay, the run is not that of a correct resume: "
+                "keep every configured hyperparameter of each param group, not only the rate")
     return None
 
 _mystery.check_fix(fix, [_mystery.make("stale-lr-resume", 30 + i, _mbase) for i in range(2)], _still_stale, "fix",

@@ -195,7 +195,9 @@ plt.show()
 # (`scaler.unscale_(optimizer)` first: clipping scaled gradients to `clip` clips the real ones to
 # `clip / scale`). Leave the gradients cleared (`optimizer.zero_grad()`) at the end. Graded on fresh
 # toy problems with plain SGD: a clean step must move the weights by exactly the clipped gradient and
-# return `False`; a poisoned step must leave them unchanged, halve the scale and return `True`.
+# return `False`; a poisoned step must leave them unchanged, halve the scale and return `True`. The
+# hidden tests include a step whose loss is finite but whose *scaled* gradient overflows float32: the
+# scaler skips it too, so the answer is what the scaler did, not whether the loss was finite.
 # `amp.scaled_step` is switched off while yours runs.
 
 # %% nbgrader={"grade": false, "grade_id": "amp_step", "locked": false, "schema_version": 3, "solution": true}
@@ -245,6 +247,16 @@ _check_amp_step([0, 1, 2], clip=1.0)
 ### BEGIN HIDDEN TESTS
 _check_amp_step([5, 11, 23], clip=0.37)
 _check_amp_step([8], clip=100.0)
+for _s in (3, 4):  # a finite loss whose scaled gradient overflows float32: the scaler skips this step too
+    _m, _o, _l = _amp.toy_problem(_s)
+    _g = _torch.autograd.grad(_l, _m.weight, retain_graph=True)[0]
+    assert _torch.isfinite(_l) and not _torch.isfinite(_g * 2.0 ** 127).all(), "grader: the case does not overflow"
+    _w0, _sc = _m.weight.detach().clone(), _torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+    with _cw(), _off(_amp.scaled_step):
+        _got = amp_step(_m, _o, _sc, _l, 1.0)
+    assert bool(_got) and _torch.equal(_m.weight.detach(), _w0), \
+        (f"toy {_s}: the loss was finite but its scaled gradient overflowed, so the scaler skipped the step; "
+         f"amp_step returned {_got!r}: report what the scaler did (its scale across update()), not the loss")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -172,12 +172,13 @@ def my_family():
 
 # %% nbgrader={"grade": true, "grade_id": "test_diagnosis", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 from course import capstone as _capstone
-from course.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
-from course.record import Diagnosis as _Diagnosis
+from course.grading import graded_calls as _graded_calls
+from course.record import as_data as _as_data, from_data as _from_data
 
-with _captured_warnings(), _switched_off(*_capstone.SWITCHED_OFF, *_capstone.PACKAGE_CHECKS):
-    _record, _family = my_diagnosis(), my_family()
-assert isinstance(_record, _Diagnosis), "my_diagnosis must return a course.record.Diagnosis"
+_OFF = _capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS
+_record = _from_data(_graded_calls(lambda _: my_diagnosis(), [None], _as_data, off=_OFF)[0])
+_family = _graded_calls(lambda _: my_family(), [None], off=_OFF)[0]
+assert _record is not None, "my_diagnosis must return a course.record.Diagnosis"
 assert _record.problems() == [], f"the record is not yet a falsifiable investigation: {_record.problems()}"
 assert _family in _capstone.FAMILY_NAMES, f"my_family() must return one of {_capstone.FAMILY_NAMES}, not {_family!r}"
 
@@ -185,13 +186,11 @@ assert _family in _capstone.FAMILY_NAMES, f"my_family() must return one of {_cap
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
 from course import capstone as _capstone, identity as _identity
-from course.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
+from course.grading import graded_calls as _graded_calls
 
+_family = _graded_calls(lambda _: my_family(), [None], off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)[0]
 _theirs = _capstone.draw_for(_identity.identity(MY_NAME))  # the grader's draw, never the notebook's
-_want = _capstone.answer_family(_theirs)
-with _captured_warnings(), _switched_off(*_capstone.SWITCHED_OFF, *_capstone.PACKAGE_CHECKS):
-    _family = my_family()
-assert _family == _want, f"my_family() answered {_family!r}, which is not the family of your draw"
+assert _family == _capstone.answer_family(_theirs), f"my_family() answered {_family!r}, which is not the family of your draw"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -227,6 +226,11 @@ _theirs = _capstone.draw_for(_identity.identity(MY_NAME))
 _control = _mystery.make("healthy", 1, _capstone.family_of(_theirs).base)
 _assert_detector(detect, {"a healthy draw of your recipe": _control}, {"your draw": _theirs}, "detect",
                  off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
+### BEGIN HIDDEN TESTS
+_healthy, _broken = _capstone.grading_draws(_identity.identity(MY_NAME), salt="h-11-v8d", n_broken=1, n_healthy=1)
+_assert_detector(detect, _healthy, _broken, "detect (a fresh draw of your bug, a healthy draw)",
+                 off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_detect_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
@@ -273,6 +277,10 @@ from course import capstone as _capstone, identity as _identity, mystery as _mys
 _theirs = _capstone.draw_for(_identity.identity(MY_NAME))
 _mystery.check_fix(fix, [_theirs], _capstone.family_of(_theirs).symptom, "fix",
                    off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
+### BEGIN HIDDEN TESTS
+_mystery.check_fix(fix, _capstone.fresh_draws(_theirs, salt="h-11-v8f", n=1), _capstone.family_of(_theirs).symptom,
+                   "fix (a fresh draw of your bug)", off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_fix_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
