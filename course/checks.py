@@ -148,7 +148,9 @@ class UpdateReport:
         """How many tensors are frozen, and which: ``"frozen: 2 tensors (a.weight, a.bias)"``."""
         text = (f"frozen: {len(self.frozen)} tensor{'s' if len(self.frozen) != 1 else ''} ({', '.join(self.frozen)})"
                 if self.frozen else "frozen: none")
-        if self.unexpected_frozen:
+        if self.unexpected_frozen and self.unexpected_frozen == self.frozen:
+            text += ", none of them expected frozen"
+        elif self.unexpected_frozen:
             text += f"; not expected frozen: {', '.join(self.unexpected_frozen)}"
         if self.not_frozen:
             text += f"; expected frozen but trainable: {', '.join(self.not_frozen)}"

@@ -25,6 +25,8 @@ Checks, each with what a pass can and cannot prove (printed with the report):
 * ``grads reset``: two steps at learning rate 0 on the same batch give the same gradients (a
   forgotten ``zero_grad`` doubles them). The loss is scaled by 1e-4 for this check, so gradient
   clipping, which would shrink a doubled gradient back to the same norm, cannot hide the doubling.
+  The torch RNG is seeded alike before each of the two steps, so dropout (on by default in Hugging
+  Face models) draws the same masks in both.
 * ``overfit``: ``overfit_steps`` steps on the one batch bring the loss within ``overfit_margin`` of
   the lowest loss the batch allows (``course.overfit.fit_floor``)...
 * ``no-step control``: ...and the same run without ``optimizer.step()`` does not (else the overfit
@@ -190,10 +192,13 @@ def _grads_reset(model, optimizer, batch, loss_fn, step_fn) -> Check:
     def small_loss(logits, b):  # small gradients: clipping would rescale a doubled gradient back and hide it
         return loss_fn(logits, b) * 1e-4
 
-    step_fn(m, o, batch, small_loss)
-    first = _grads(m)
-    step_fn(m, o, batch, small_loss)
-    second = _grads(m)
+    with torch.random.fork_rng(devices=[]):  # one seed before each step: dropout draws the same masks twice
+        torch.manual_seed(0)
+        step_fn(m, o, batch, small_loss)
+        first = _grads(m)
+        torch.manual_seed(0)
+        step_fn(m, o, batch, small_loss)
+        second = _grads(m)
     ratios = [float(b.norm() / a.norm()) for a, b in zip(first, second)
               if a is not None and b is not None and a.norm() > 0]
     same = all((a is None and b is None) or (a is not None and b is not None and torch.allclose(a, b, rtol=1e-5, atol=1e-12))

@@ -104,6 +104,23 @@ def test_expect_frozen_on_a_lora_base():
     assert r.ok, (r.cause(), r.frozen_summary())
 
 
+def test_grads_reset_holds_under_dropout():
+    """GPT-2's default config has dropout 0.1: the two steps must draw the same masks."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=om.V, n_positions=16, n_embd=om.D, n_layer=2, n_head=2,
+                                       n_inner=2 * om.D, bos_token_id=0, eos_token_id=0))
+    assert model.config.resid_pdrop > 0
+    opt = torch.optim.AdamW(model.parameters(), lr=om.LR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        healthy = preflight(model, opt, om.make_batch(), om.mean_loss, overfit_steps=2)
+        broken = preflight(model, opt, om.make_batch(), om.mean_loss, om.no_zero_grad_step, overfit_steps=2)
+    assert healthy["grads reset"].passed, healthy["grads reset"]
+    assert not broken["grads reset"].passed and "2.000" in broken["grads reset"].measured, broken["grads reset"]
+
+
 class _ReturnsLossFirst(nn.Module):
     def __init__(self, inner):
         super().__init__()
