@@ -44,6 +44,10 @@ functional calls outside modules, or tensors inside non-tensor outputs other tha
 mappings. ``nn.MultiheadAttention`` (inside ``nn.TransformerEncoderLayer``) calls its output
 projection functionally, and an encoder layer in eval mode may take a fused fast path: hooks see
 the attention block's output, not its insides.
+Every integer tensor passed to the model is checked as ids: targets passed to the model itself
+(nanoGPT's ``model(idx, targets)``, Hugging Face's ``labels=``) with ``-1`` or ``-100`` in them are
+reported as a bad input, so under a ``Locator`` call the model on the ids alone (as ``locate_step``
+does) and give the targets to the loss.
 The first bad tensor is where to *start* looking: the cause can be one step earlier (a weight the
 previous update made inf shows up first as the output of the module that uses it).
 """
@@ -127,15 +131,18 @@ def first_nonfinite(events: list[Event]) -> Finding | None:
     return None
 
 
-def _tensors(obj):
+def _tensors(obj, mappings: bool = False):
+    """The tensors in ``obj``, inside tuples and lists, and with ``mappings`` inside mappings too (a
+    Hugging Face ModelOutput is a mapping of its tensors; module *outputs* are searched that way, the
+    model's inputs are not, so a KV cache passed as a dict is not recorded as an input)."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, (tuple, list)):
         for o in obj:
-            yield from _tensors(o)
-    elif isinstance(obj, Mapping):  # a Hugging Face ModelOutput is a mapping of its tensors
+            yield from _tensors(o, mappings)
+    elif mappings and isinstance(obj, Mapping):
         for o in obj.values():
-            yield from _tensors(o)
+            yield from _tensors(o, mappings)
 
 
 class Locator:
@@ -192,7 +199,7 @@ class Locator:
         stage = self.stage_of(name, module)
 
         def hook(mod, args, output):
-            for t in _tensors(output):
+            for t in _tensors(output, mappings=True):
                 self.record(stage, name, t)
         return hook
 
