@@ -3,6 +3,7 @@
 * ``check_batch``: the batch contract (shape, dtype, id range, next-token shift, mask fractions).
 * ``update_report``: after one real step, which parameters did not change, and why (optimizer
   membership by identity, ``requires_grad``, learning rate, gradient size, whether ``step()`` ran).
+  It names every frozen tensor; ``expect_frozen=`` makes a frozen tensor nobody expected a failure.
 * ``position_sensitivity`` / ``past_sensitivity`` / ``future_sensitivity``: move or perturb the input
   and see which logits change, to tell "positions unused", "context masked off" and "future visible"
   apart.
@@ -21,13 +22,14 @@ from dataclasses import dataclass, field
 import torch
 
 from .data import IGNORE, Batch
+from .outputs import logits_of
 
 
 class BatchContractError(ValueError):
     """A batch broke its contract; the message names the clause and what to look at."""
 
 
-def check_batch(batch: Batch, vocab_size: int, min_scored_fraction: float = 0.99) -> dict:
+def check_batch(batch: Batch, vocab_size: int, min_scored_fraction: float = 0.99, model: torch.nn.Module | None = None) -> dict:
     """Raise ``BatchContractError`` unless ``batch`` is a well-formed next-token batch.
 
     The contract: inputs and targets are 2-D ``int64`` tensors of one shape; input ids lie in
@@ -36,6 +38,11 @@ def check_batch(batch: Batch, vocab_size: int, min_scored_fraction: float = 0.99
     input (the shift by one); at least one target is scored; and, for pre-training batches, at least
     ``min_scored_fraction`` of the targets that follow a real next token are scored (pass 0 for
     batches that mask a prompt on purpose). Returns the measured fractions when the batch passes.
+
+    With ``model``, one more clause: the model, run once on the inputs (eval mode, no gradients), gives
+    logits of shape ``(B, T, vocab_size)``, read through ``course.outputs.logits_of`` (a tensor,
+    ``(logits, loss)``, or ``.logits``): one row of logits per input position, over the vocabulary the
+    ids are checked against. (A nanoGPT model called without targets returns the last position only.)
     """
     x, y = batch.inputs, batch.targets
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
@@ -69,6 +76,19 @@ def check_batch(batch: Batch, vocab_size: int, min_scored_fraction: float = 0.99
             f"only {fraction:.0%} of the targets before a real token are scored (expected at least "
             f"{min_scored_fraction:.0%}): check the mask slice"
         )
+    if model is not None:
+        was = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits = logits_of(model(x))
+        finally:
+            model.train(was)
+        if tuple(logits.shape) != (*x.shape, vocab_size):
+            raise BatchContractError(
+                f"the model's logits are {tuple(logits.shape)} for inputs {tuple(x.shape)}; expected "
+                f"{(*x.shape, vocab_size)}: one row of {vocab_size} logits per input position (a model that "
+                "returns only the last position, or another vocabulary size, breaks every per-token check)")
     return {"scored_fraction": scored.float().mean().item(), "pad_fraction": (x == batch.pad_id).float().mean().item()}
 
 
@@ -79,6 +99,8 @@ class UpdateReport:
 
     not_in_optimizer: list[str] = field(default_factory=list)
     frozen: list[str] = field(default_factory=list)
+    unexpected_frozen: list[str] = field(default_factory=list)  # frozen, not in ``expect_frozen``
+    not_frozen: list[str] = field(default_factory=list)  # in ``expect_frozen``, but trainable
     no_grad: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     grad_norm: float = 0.0
@@ -99,9 +121,16 @@ class UpdateReport:
         gradient norm, not bit-for-bit change, is the evidence here.
         ``"no-grad"``: every unchanged tensor got no gradient at all although it is trainable and in
         the optimizer: the forward pass never used it (an unused embedding, a dead branch).
+        ``"frozen-unexpected"`` / ``"trainable-unexpected"``: only with ``expect_frozen``: a tensor
+        with ``requires_grad=False`` that was not expected frozen, or one expected frozen that trains.
+        Without ``expect_frozen`` frozen tensors are reported (``frozen_summary``), not failed.
         """
         if self.n_params and len(self.frozen) == self.n_params:
             return "requires-grad-off"
+        if self.unexpected_frozen:
+            return "frozen-unexpected"
+        if self.not_frozen:
+            return "trainable-unexpected"
         if self.not_in_optimizer:
             return "not-in-optimizer"
         if self.lrs and max(self.lrs) == 0.0:
@@ -115,22 +144,58 @@ class UpdateReport:
             return "no-grad" if stuck <= set(self.no_grad) else "unchanged"
         return "ok"
 
+    def frozen_summary(self) -> str:
+        """How many tensors are frozen, and which: ``"frozen: 2 tensors (a.weight, a.bias)"``."""
+        text = (f"frozen: {len(self.frozen)} tensor{'s' if len(self.frozen) != 1 else ''} ({', '.join(self.frozen)})"
+                if self.frozen else "frozen: none")
+        if self.unexpected_frozen and self.unexpected_frozen == self.frozen:
+            text += ", none of them expected frozen"
+        elif self.unexpected_frozen:
+            text += f"; not expected frozen: {', '.join(self.unexpected_frozen)}"
+        if self.not_frozen:
+            text += f"; expected frozen but trainable: {', '.join(self.not_frozen)}"
+        return text
 
-def update_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step) -> UpdateReport:
+
+def _expected_frozen(expect_frozen, names: list[str]):
+    """``expect_frozen`` (names, or a predicate on a parameter's name) as a predicate; unknown names raise."""
+    if callable(expect_frozen):
+        return expect_frozen
+    if isinstance(expect_frozen, str):
+        raise TypeError("expect_frozen takes a list of parameter names or a predicate, not one string")
+    wanted = set(expect_frozen)
+    unknown = sorted(wanted - set(names))
+    if unknown:
+        raise ValueError(f"expect_frozen names no parameter of the model: {unknown}")
+    return wanted.__contains__
+
+
+def update_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step, expect_frozen=None) -> UpdateReport:
     """Run ``step()`` (one full training step: forward, backward, optimizer step) and report.
 
     Membership is checked by identity (``id`` of each tensor), not by name or shape, because the
     classic failure is an optimizer holding a different tensor of the same shape. "Changed" means
     any element differs bit-for-bit after the step.
+
+    ``report.frozen`` names every tensor with ``requires_grad=False``. ``expect_frozen`` (parameter
+    names, or a predicate ``name -> bool``) says which tensors should be frozen: ``()`` for "none",
+    ``lambda n: not n.endswith((".A", ".B"))`` for a LoRA base. A frozen tensor it does not name, or a
+    named one that trains, makes the report fail (``unexpected_frozen``, ``not_frozen``).
     """
     names = {id(p): n for n, p in model.named_parameters()}
     in_opt = {id(p) for g in optimizer.param_groups for p in g["params"]}
     report = UpdateReport(n_params=len(names), lrs=[g["lr"] for g in optimizer.param_groups])
+    expected = None if expect_frozen is None else _expected_frozen(expect_frozen, list(names.values()))
     for n, p in model.named_parameters():
         if not p.requires_grad:
             report.frozen.append(n)
-        elif id(p) not in in_opt:
-            report.not_in_optimizer.append(n)
+            if expected is not None and not expected(n):
+                report.unexpected_frozen.append(n)
+        else:
+            if expected is not None and expected(n):
+                report.not_frozen.append(n)
+            if id(p) not in in_opt:
+                report.not_in_optimizer.append(n)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     steps_before = _optimizer_steps(optimizer)
     step()

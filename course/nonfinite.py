@@ -16,12 +16,18 @@ later tensor into NaN. ``Locator`` records the tensors of one step in the order 
    ``when_of(step, stage)`` names the phase a finding belongs to (the decision tree's first choice).
 
 ``first_nonfinite(events)`` returns the first bad one; ``trace(pipe)`` and ``locate(pipe)`` run the
-course's training loop step by step with a ``Locator`` attached.
+course's training loop step by step with a ``Locator`` attached; ``locate_step(model, optimizer,
+batch, loss_fn)`` runs textbook steps of your own model (on copies) with one attached.
+
+The model may return logits, ``(logits, loss)`` (nanoGPT) or an output object with ``.logits``
+(Hugging Face): the ``logits`` stage is read through ``course.outputs.logits_of``, which raises
+``ModelOutputError`` (naming what was returned) for anything else; module outputs that are tuples,
+lists or mappings (a Hugging Face submodule's output object) are searched for tensors.
 
 On your own model::
 
     with Locator(model, optimizer) as loc:
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(logits_of(model(x)), y)
         loc.record_loss(loss)
         loss.backward()
         loc.record_grads()
@@ -34,20 +40,31 @@ Limits: hooks see **module outputs**, not every operation. An op written inline 
 (``x / temperature``, a hand-written softmax) is seen only through the next module output that
 contains its result; to see it directly, route it through an ``nn.Identity`` named ``*_probe`` or
 pass ``labels={module_name: stage}``. Hooks do not see in-place changes made after a module returns,
-functional calls outside modules, or tensors inside non-tensor outputs other than tuples and lists.
+functional calls outside modules, or tensors inside non-tensor outputs other than tuples, lists and
+mappings. ``nn.MultiheadAttention`` (inside ``nn.TransformerEncoderLayer``) calls its output
+projection functionally, and an encoder layer in eval mode may take a fused fast path: hooks see
+the attention block's output, not its insides.
+Every integer tensor passed to the model is checked as ids: targets passed to the model itself
+(nanoGPT's ``model(idx, targets)``, Hugging Face's ``labels=``) with ``-1`` or ``-100`` in them are
+reported as a bad input, so under a ``Locator`` call the model on the ids alone (as ``locate_step``
+does) and give the targets to the loss.
 The first bad tensor is where to *start* looking: the cause can be one step earlier (a weight the
 previous update made inf shows up first as the output of the module that uses it).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import types
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+
+from .outputs import logits_of
 
 STAGES = ("input", "embeddings", "activations", "scores", "softmax", "logits", "loss", "grads",
           "optimizer", "params")
@@ -114,12 +131,18 @@ def first_nonfinite(events: list[Event]) -> Finding | None:
     return None
 
 
-def _tensors(obj):
+def _tensors(obj, mappings: bool = False):
+    """The tensors in ``obj``, inside tuples and lists, and with ``mappings`` inside mappings too (a
+    Hugging Face ModelOutput is a mapping of its tensors; module *outputs* are searched that way, the
+    model's inputs are not, so a KV cache passed as a dict is not recorded as an input)."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, (tuple, list)):
         for o in obj:
-            yield from _tensors(o)
+            yield from _tensors(o, mappings)
+    elif mappings and isinstance(obj, Mapping):
+        for o in obj.values():
+            yield from _tensors(o, mappings)
 
 
 class Locator:
@@ -176,14 +199,12 @@ class Locator:
         stage = self.stage_of(name, module)
 
         def hook(mod, args, output):
-            for t in _tensors(output):
+            for t in _tensors(output, mappings=True):
                 self.record(stage, name, t)
         return hook
 
     def _on_logits(self, module, args, output):
-        out = next(_tensors(output), None)
-        if out is None:
-            return
+        out = logits_of(output)  # raises ModelOutputError, naming what the model returned
         # The last module whose output is the model's output made the logits (unless labelled).
         for e in reversed(self.events):
             if e.stage != "input" and e.tensor.data_ptr() == out.data_ptr() and e.tensor.shape == out.shape:
@@ -270,6 +291,42 @@ def locate(pipe, steps: int = 20, seed: int = 0) -> Finding | None:
     """The first non-finite tensor of a training run of ``pipe``, within ``steps`` steps, or None."""
     events = trace(pipe, steps, seed)
     bad = next((e for e in events if _bad(e)), None) if _any_bad(events) else None
+    return None if bad is None else Finding(bad.step, bad.stage, bad.name)
+
+
+def locate_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch, loss_fn, steps: int = 1,
+                labels: dict[str, str] | None = None) -> Finding | None:
+    """The first non-finite tensor of ``steps`` textbook training steps of *your* model on ``batch``
+    (zero_grad, forward, ``loss_fn(logits, batch)``, backward, ``optimizer.step()``), with a
+    ``Locator`` attached; ``None`` if every recorded tensor stayed finite.
+
+    It runs on deep copies of ``model`` and ``optimizer`` (copied together) and restores the torch
+    RNG, so your objects are not changed. It runs this textbook step, not your loop: a clip, a
+    scaler or an accumulation of yours is not in it (attach a ``Locator`` to your loop for that)."""
+    m, opt = copy.deepcopy((model, optimizer))
+    m.train()
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), Locator(m, opt, labels) as loc:
+        warnings.simplefilter("ignore")
+        for s in range(steps):
+            loc.new_step(s)
+            opt.zero_grad(set_to_none=True)
+            try:
+                output = m(batch.inputs)
+            except Exception:
+                if any(_bad(e) for e in loc.events):
+                    break
+                raise
+            loss = loss_fn(logits_of(output), batch)
+            loc.record_loss(loss)
+            if loss.requires_grad:
+                loss.backward()
+            loc.record_grads()
+            opt.step()
+            loc.record_optimizer()
+            loc.record_params()
+            if _any_bad(loc.events):
+                break
+    bad = next((e for e in loc.events if _bad(e)), None)
     return None if bad is None else Finding(bad.step, bad.stage, bad.name)
 
 

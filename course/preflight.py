@@ -4,6 +4,10 @@
     print(report)                                                # one line per check
     report.ok, report.failed()
 
+The model may return logits, ``(logits, loss)`` (nanoGPT) or an object with ``.logits`` (Hugging
+Face): every output is read through ``course.outputs.logits_of``, so ``loss_fn`` always receives the
+logits, and ``step_fn`` receives a ``loss_fn`` that accepts the model's raw output.
+
 ``step_fn(model, optimizer, batch, loss_fn) -> float`` is one step of *your* loop (default: zero_grad,
 forward, loss, backward, step); pass your own so the checks exercise the code you will run.
 ``preflight_pipeline(pipe)`` does the same for a ``course`` pipeline.
@@ -15,10 +19,14 @@ Checks, each with what a pass can and cannot prove (printed with the report):
   broadcast to (N, N), doubles).
 * ``finite grads``: loss and every gradient are finite after one backward.
 * ``update``: one step changes every trainable parameter, and the optimizer holds each one
-  (``course.checks.update_report``).
+  (``course.checks.update_report``). Frozen tensors (``requires_grad=False``) are named in the
+  measurement; with ``expect_frozen=`` (names, or a predicate on the name) a frozen tensor that is
+  not expected, or an expected one that is trainable, fails the check.
 * ``grads reset``: two steps at learning rate 0 on the same batch give the same gradients (a
   forgotten ``zero_grad`` doubles them). The loss is scaled by 1e-4 for this check, so gradient
   clipping, which would shrink a doubled gradient back to the same norm, cannot hide the doubling.
+  The torch RNG is seeded alike before each of the two steps, so dropout (on by default in Hugging
+  Face models) draws the same masks in both.
 * ``overfit``: ``overfit_steps`` steps on the one batch bring the loss within ``overfit_margin`` of
   the lowest loss the batch allows (``course.overfit.fit_floor``)...
 * ``no-step control``: ...and the same run without ``optimizer.step()`` does not (else the overfit
@@ -42,6 +50,7 @@ import torch
 
 from .checks import update_report
 from .data import IGNORE, Batch
+from .outputs import logits_of, on_logits
 from .overfit import fit_floor, overfit, pipeline_step, plain_step, without_step
 from .pipeline import Pipeline, token_cross_entropy
 
@@ -95,14 +104,16 @@ def _grads(model) -> list:
 def preflight(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
               loss_fn: Callable = token_cross_entropy, step_fn: Callable = plain_step, *,
               init_tolerance: float = 1.0, overfit_steps: int = 100, overfit_margin: float = 0.1,
-              mask_check: Callable[[Batch], object] | None = None) -> PreflightReport:
+              mask_check: Callable[[Batch], object] | None = None,
+              expect_frozen=None) -> PreflightReport:
     """Run every check on copies of ``model`` and ``optimizer``; return the report. See the module doc."""
+    loss_fn = on_logits(loss_fn)
     with torch.random.fork_rng(devices=[]):
         return PreflightReport([
             _loss_at_init(model, optimizer, batch, loss_fn, init_tolerance),
             _loss_is_mean(model, optimizer, batch, loss_fn),
             _finite_grads(model, optimizer, batch, loss_fn),
-            _update(model, optimizer, batch, loss_fn, step_fn),
+            _update(model, optimizer, batch, loss_fn, step_fn, expect_frozen),
             _grads_reset(model, optimizer, batch, loss_fn, step_fn),
             *_overfit(model, optimizer, batch, loss_fn, step_fn, overfit_steps, overfit_margin),
             _mask(batch, mask_check),
@@ -125,7 +136,7 @@ def _loss_at_init(model, optimizer, batch, loss_fn, tol) -> Check:
     m, _ = _copies(model, optimizer)
     m.eval()
     with torch.no_grad():
-        logits = m(batch.inputs)
+        logits = logits_of(m(batch.inputs))
         loss = float(loss_fn(logits, batch))
     ln_v = math.log(logits.shape[-1])
     ok = math.isfinite(loss) and abs(loss - ln_v) <= tol
@@ -162,12 +173,13 @@ def _finite_grads(model, optimizer, batch, loss_fn) -> Check:
                  "that later steps, other batches or lower precision stay finite")
 
 
-def _update(model, optimizer, batch, loss_fn, step_fn) -> Check:
+def _update(model, optimizer, batch, loss_fn, step_fn, expect_frozen=None) -> Check:
     m, o = _copies(model, optimizer)
-    report = update_report(m, o, lambda: step_fn(m, o, batch, loss_fn))
+    report = update_report(m, o, lambda: step_fn(m, o, batch, loss_fn), expect_frozen=expect_frozen)
     cause = report.cause()
     stuck = report.not_in_optimizer or [n for n in report.unchanged if n not in report.frozen]
-    return Check("update", cause == "ok", f"{cause}; not moved: {stuck if stuck else 'none'}",
+    frozen = f"; {report.frozen_summary()}" if report.frozen or report.not_frozen else ""
+    return Check("update", cause == "ok", f"{cause}; not moved: {stuck if stuck else 'none'}{frozen}",
                  "one step changes every trainable parameter and the optimizer holds each one (by identity)",
                  "that the change is in a useful direction or of a sensible size")
 
@@ -180,10 +192,13 @@ def _grads_reset(model, optimizer, batch, loss_fn, step_fn) -> Check:
     def small_loss(logits, b):  # small gradients: clipping would rescale a doubled gradient back and hide it
         return loss_fn(logits, b) * 1e-4
 
-    step_fn(m, o, batch, small_loss)
-    first = _grads(m)
-    step_fn(m, o, batch, small_loss)
-    second = _grads(m)
+    with torch.random.fork_rng(devices=[]):  # one seed before each step: dropout draws the same masks twice
+        torch.manual_seed(0)
+        step_fn(m, o, batch, small_loss)
+        first = _grads(m)
+        torch.manual_seed(0)
+        step_fn(m, o, batch, small_loss)
+        second = _grads(m)
     ratios = [float(b.norm() / a.norm()) for a, b in zip(first, second)
               if a is not None and b is not None and a.norm() > 0]
     same = all((a is None and b is None) or (a is not None and b is not None and torch.allclose(a, b, rtol=1e-5, atol=1e-12))

@@ -13,6 +13,11 @@ parameters and with the loss's reduction (sum vs mean), so "0.1 to 3" has no sou
 compares each value with the same layer's recent past instead (median and median absolute deviation
 of a trailing window), and ``outliers`` lists the (step, layer) cells where that score is large.
 It can say "this layer changed behaviour at step s"; it cannot say whether the change is a bug.
+
+``record_model(model, optimizer, batches, loss_fn)`` does the same on your own model: it trains it in
+place, one ``step_fn`` per batch (default: the textbook step of ``course.overfit.plain_step``), with
+the model's output read through ``course.outputs.logits_of`` (logits, ``(logits, loss)`` or
+``.logits``). Tensors with ``requires_grad=False`` are not recorded; ``telemetry.frozen`` names them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .outputs import on_logits
 from .pipeline import Pipeline
 
 STATS = ("weight_mean", "weight_std", "grad_finite", "grad_zero", "weight_norm", "grad_norm", "rel_update")
@@ -33,6 +39,7 @@ class Telemetry:
     names: list[str]
     steps: list[int] = field(default_factory=list)
     rows: dict = field(default_factory=lambda: {s: [] for s in STATS})
+    frozen: list[str] = field(default_factory=list)  # requires_grad=False: not recorded
 
     def table(self, stat: str) -> torch.Tensor:
         if stat not in STATS:
@@ -73,7 +80,7 @@ def record(pipe: Pipeline, steps: int, seed: int = 0, progress: bool = False, ru
 
     run = start(pipe, seed) if run is None else run
     named = [(n, p) for n, p in run.model.named_parameters() if p.requires_grad]
-    tel = Telemetry([n for n, _ in named])
+    tel = Telemetry([n for n, _ in named], frozen=[n for n, p in run.model.named_parameters() if not p.requires_grad])
     original = run.pipe
     run.pipe = original.replace(update=tel.wrap(original.update, [p for _, p in named]))
     try:
@@ -81,6 +88,25 @@ def record(pipe: Pipeline, steps: int, seed: int = 0, progress: bool = False, ru
     finally:
         run.pipe = original
     return run, tel
+
+
+def record_model(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn, step_fn=None) -> Telemetry:
+    """Train ``model`` in place, one ``step_fn(model, optimizer, batch, loss_fn)`` per batch of
+    ``batches``, recording every trainable tensor after each ``optimizer.step()``; returns the
+    ``Telemetry``. ``loss_fn(logits, batch)`` gets the logits whatever the model returns."""
+    from .overfit import plain_step
+
+    step_fn = step_fn or plain_step
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    tel = Telemetry([n for n, _ in named], frozen=[n for n, p in model.named_parameters() if not p.requires_grad])
+    params = [p for _, p in named]
+    loss_fn = on_logits(loss_fn)
+    model.train()
+    for batch in batches:
+        before = [p.detach().clone() for p in params]
+        step_fn(model, optimizer, batch, loss_fn)
+        tel.observe(params, before)
+    return tel
 
 
 def robust_z(values: torch.Tensor, window: int = 20, min_history: int = 10) -> torch.Tensor:
