@@ -48,6 +48,7 @@ import gc
 import io
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -203,9 +204,8 @@ def _forget_ipython(user_ns: dict | None) -> None:
         except Exception:
             pass
     ns = user_ns if user_ns is not None else shell.user_ns
-    for name in list(ns):
-        if name in ("_", "__", "___", "_i", "_ii", "_iii") or (name.startswith(("_i", "_")) and name[2:].isdigit()) \
-                or (name.startswith("_i") and name[2:].isdigit()) or (name.startswith("_") and name[1:].isdigit()):
+    for name in list(ns):  # IPython's output and input variables: _, __, ___, _i, _ii, _iii, _N, _iN
+        if name in ("_", "__", "___", "_i", "_ii", "_iii") or re.fullmatch(r"_i?\d+", name):
             ns.pop(name, None)
     for name in ("In", "_ih"):
         if _isinstance(ns.get(name), list):
