@@ -352,11 +352,13 @@ def parent(pid):
 
 class Killer(threading.Thread):
     """Kills (SIGKILL) the worker process running nbgrader for a student, ``plan[student]`` times,
-    each time 1.5 s after that run's nbgrader process appeared (the notebook is being graded)."""
+    each time 1.5 s after that run's nbgrader process appeared (the notebook is being graded).
+    Also records the most jobs the scheduler ever had on one worker at once (``most_held``)."""
 
-    def __init__(self, under, plan):
+    def __init__(self, under, plan, client):
         super().__init__(daemon=True)
         self.under, self.plan, self.kills, self.done = under, dict(plan), [], threading.Event()
+        self.client, self.most_held = client, 0
 
     def run(self):
         first_seen, handled = {}, set()
@@ -374,13 +376,18 @@ class Killer(threading.Thread):
                         self.kills.append((student, worker))
                     except (OSError, ValueError, IndexError):
                         pass
+            try:
+                held = [len(keys) for keys in self.client.processing().values()]
+                self.most_held = max([self.most_held, *held])
+            except Exception:  # noqa: BLE001 (a worker just died)
+                pass
             time.sleep(0.1)
 
 
 def test_a_killed_worker_regrades_once_then_zeroes(toy, coordinators, cluster, pg):
     """SIGKILL of the worker grading ``a_once``: graded again on another worker. ``b_twice``'s
     worker is killed on both attempts: zeroed with that reason. The others graded; one gradebook
-    row each."""
+    row each; no worker ever held more than the one job it ran (three jobs, two workers)."""
     scheduler, client, workers_base = cluster
     root = course_copy(toy, coordinators, "killed")
     url = new_gradebook(pg, "killed", root)
@@ -388,7 +395,7 @@ def test_a_killed_worker_regrades_once_then_zeroes(toy, coordinators, cluster, p
     for student in ("a_once", "b_twice"):
         submit(root, student, slow)
     submit(root, "c_plain", source(root))
-    killer = Killer(workers_base, {"a_once": 1, "b_twice": 2})
+    killer = Killer(workers_base, {"a_once": 1, "b_twice": 2}, client)
     killer.start()
     try:
         rc, out, report = run_class(root, "--scheduler", scheduler.address, url=url)
@@ -397,6 +404,8 @@ def test_a_killed_worker_regrades_once_then_zeroes(toy, coordinators, cluster, p
         killer.join()
         client.wait_for_workers(2, timeout=180)   # the nannies restart the killed workers
     assert sorted(s for s, _ in killer.kills) == ["a_once", "b_twice", "b_twice"], (killer.kills, out)
+    # a worker held only the job it ran, so each death was blamed on that job alone
+    assert killer.most_held == 1, f"a worker held {killer.most_held} jobs at once"
     assert rc == 1, out
     grades = rows(url)
     for student in ("a_once", "c_plain"):
