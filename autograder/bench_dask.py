@@ -172,8 +172,8 @@ def main(argv: list[str]) -> int:
         per_sub = seconds / size
         print(f"estimate, not measured: one worker thread takes {per_sub:.1f} s a toy submission here and "
               f"the coordinator {own:.3f} s of its own, so one coordinator could keep about "
-              f"{per_sub / own:.0f} such worker threads busy (real notebooks take longer on a worker "
-              f"and about as long on the coordinator, so more)", flush=True)
+              f"{per_sub / own:.0f} such worker threads busy (real notebooks take longer on a worker, "
+              f"and cost the coordinator more too: not measured here)", flush=True)
     return 0
 
 

@@ -12,10 +12,11 @@ the short limits of tests/test_hostile_submissions.py (6 s per cell ...), so hos
   whose worker is killed twice is zeroed with that reason; one gradebook row per student;
 - hostile submissions keep their results through a worker;
 - a scheduler address with SQLite refuses before grading anything;
+- the scheduler killed mid-run (the module's, so that test comes after the others using it): the
+  runner exits 3 and ``--unfinished`` grades only what is left;
 - on a second scheduler, one worker at a time: a worker with a changed ``course/`` refuses its jobs
   naming both versions; a worker that cannot reach the gradebook (``PGHOSTADDR`` sends its
-  connections to 127.0.0.2, where nothing listens) gives grader errors and writes nothing; the
-  scheduler killed mid-run: the runner exits 3 and ``--unfinished`` grades only what is left;
+  connections to 127.0.0.2, where nothing listens) gives grader errors and writes nothing;
 - ``--shard K/N`` and ``--merge`` (local pool, pre-check rejects only: no notebook runs).
 Under CI a missing PostgreSQL or ``dask`` fails; elsewhere it skips.
 """
