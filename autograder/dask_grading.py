@@ -101,11 +101,21 @@ def _pinned_packages() -> list[str]:
 
 
 def _kernelspec(name: str) -> dict | None:
-    try:
-        from jupyter_client.kernelspec import KernelSpecManager
-        spec = KernelSpecManager().get_kernel_spec(name)
-    except Exception:  # noqa: BLE001 (not installed: part of the version as "missing")
-        return None
+    """The parts of a kernelspec that decide how the kernel runs (paths reduced to file names);
+    None when it is not installed. Read up to three times: ``sandbox install`` rewriting the file
+    while it is read must not give a wrong version for the life of a worker."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    for attempt in range(3):
+        try:
+            spec = KernelSpecManager().get_kernel_spec(name)
+            break
+        except NoSuchKernel:
+            return None
+        except Exception:  # noqa: BLE001 (a half-written kernel.json: read it again)
+            if attempt == 2:
+                return None
+            time.sleep(0.2)
     return {"argv": [os.path.basename(a) if os.path.isabs(a) else a for a in spec.argv],
             "language": spec.language, "interrupt_mode": spec.interrupt_mode}
 
@@ -326,8 +336,8 @@ class Cluster:
             return 0
 
     def close(self) -> None:
-        try:
-            self.client.close(timeout=10)
+        try:   # a client that lost its scheduler has nobody to say goodbye to: do not wait
+            self.client.close(timeout=10 if self.client.status == "running" else 1)
         except Exception:  # noqa: BLE001
             pass
 

@@ -421,12 +421,15 @@ def test_a_killed_worker_regrades_once_then_zeroes(toy, coordinators, cluster, p
 
 # ----------------------------------------------------------------- hostile submissions
 
-HOSTILE = ("loop_after", "kernel_dies", "fork_bomb", "snoop", "hook_input_post")
+# a limit that stops the notebook (and NotRun after it), the snoop (the sandbox on a worker), a guard
+# case; the other families run in tests/test_hostile_submissions.py and nothing in them depends on
+# where nbgrader runs
+HOSTILE = ("loop_after", "snoop", "hook_input_post")
 
 
 def test_hostile_submissions_keep_their_results_on_a_worker(toy, coordinators, cluster, pg):
-    """A part of the hostile class of tests/test_hostile_submissions.py (one per limit family, the
-    snoop, a guard case), graded through the workers: the same scores and reasons as there."""
+    """Part of the hostile class of tests/test_hostile_submissions.py graded through the workers:
+    the same scores and reasons as there."""
     import socket
 
     scheduler, _, workers_base = cluster
