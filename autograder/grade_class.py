@@ -468,10 +468,10 @@ def shard_report_name(assignment: str, shard: tuple[int, int] | None) -> str:
     return assignment if shard is None else f"{assignment}.shard-{shard[0]}-of-{shard[1]}"
 
 
-def merge_reports(root: Path, assignment: str) -> tuple[Path, list[str]]:
+def merge_reports(root: Path, assignment: str) -> tuple[Path | None, list[str]]:
     """Merge ``<a>.shard-K-of-N.json`` (each shard's own report) into ``<a>.json``. Returns (the
     merged report, problems): a missing shard, shards of different N, a student in two shards.
-    Writes nothing when there is no shard report."""
+    Writes nothing (and returns None) when there is no shard report."""
     base = Path(root) / REPORTS
     found = {}
     for path in sorted(base.glob(f"{assignment}.shard-*-of-*.json")):
@@ -479,7 +479,7 @@ def merge_reports(root: Path, assignment: str) -> tuple[Path, list[str]]:
         if m:
             found[(int(m.group(1)), int(m.group(2)))] = path
     if not found:
-        return base / f"{assignment}.json", [f"no shard reports {assignment}.shard-K-of-N.json in {base}"]
+        return None, [f"no shard reports {assignment}.shard-K-of-N.json in {base}"]
     problems, students, gradebooks, owner = [], {}, set(), {}
     sizes = {n for _, n in found}
     if len(sizes) > 1:
@@ -795,7 +795,7 @@ def main(argv: list[str]) -> int:
             for problem in problems:
                 print(f"{a}: {problem}", file=sys.stderr)
             status = 1 if problems else status
-            if out.exists():
+            if out is not None:
                 print(f"{a}: merged report {out.relative_to(root)}")
         return status
     url = database.db_url(root)
