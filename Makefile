@@ -14,6 +14,7 @@
 #   make feedback   nbgrader generate_feedback for every autograded assignment
 #   make export     nbgrader export -> grades.csv
 #   make bench      print notebook execution and autograde times on this machine
+#   make bench-dask the class through Dask workers against the local pool (submissions/minute)
 #   make clean      remove grading work folders (autograded/, feedback/, grades.csv, .build/)
 #   make gpu-kernel register the kernel "Python 3 (debug course, GPU)" (GPU_PYTHON=/path/to/python
 #                   with a CUDA torch, or a new .venv-gpu with the CUDA build of torch 2.13.0)
@@ -37,7 +38,7 @@ SOLUTION_NOTEBOOKS = $(foreach a,$(ASSIGNMENTS),solutions/$(a)/$(a).ipynb)
 # jupyter refuses to start a server as root without --allow-root
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: venv lab test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench clean test-browser system-deps sandbox gpu-kernel test-gpu
+.PHONY: venv lab test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench bench-dask clean test-browser system-deps sandbox gpu-kernel test-gpu
 
 venv: $(STAMP)
 
@@ -112,8 +113,11 @@ solutions: venv
 # a reason (autograded/_reports/<a>.json); a failed one does not stop the others; the target
 # fails at the end when any could not be graded.
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+# SCHEDULER=tcp://host:8786: grade on that Dask scheduler's workers instead (README, "A class beyond
+# one machine"; needs COURSE_DB_URL=postgresql://...).
+SCHEDULER ?=
 autograde: release sandbox
-	$(BIN)/python -m autograder.grade_class --all --jobs $(JOBS)
+	$(BIN)/python -m autograder.grade_class --all $(if $(SCHEDULER),--scheduler $(SCHEDULER),--jobs $(JOBS))
 
 # Autograde runs student code only in a bubblewrap sandbox (autograder/sandbox.py): register the
 # kernelspec debug-course-sandboxed in the venv and say whether the sandbox works here. Without it,
@@ -153,6 +157,13 @@ export: venv
 bench: venv
 	$(BIN)/python benchmarks/train.py --threads 1 </dev/null
 	$(BIN)/python -m autograder.bench </dev/null
+
+# The class on Dask (autograder/bench_dask.py): submissions per minute with the local pool, one
+# and two dask workers on this machine, and the coordinator's own seconds per submission. Starts a
+# throw-away PostgreSQL (needs Debian's postgresql binaries: make system-deps) and the scheduler
+# and workers on the loopback. Prints; checks nothing.
+bench-dask: venv
+	$(BIN)/python -m autograder.bench_dask </dev/null
 
 clean:
 	rm -rf autograded feedback grades.csv .build

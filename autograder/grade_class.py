@@ -2,6 +2,10 @@
 
     python -m autograder.grade_class ASSIGNMENT... [--jobs N] [--students S...] [--timeout S]
     python -m autograder.grade_class --all          (every assignment with submissions; make autograde)
+    python -m autograder.grade_class A --scheduler tcp://HOST:8786   (on Dask workers: dask_grading)
+    python -m autograder.grade_class A --shard K/N   (students whose stable hash is K mod N)
+    python -m autograder.grade_class A --merge       (join the shard reports into A.json)
+    python -m autograder.grade_class A --unfinished  (only what the journal shows unfinished)
 
 Contract, per assignment ``a`` (which ``nbgrader generate_assignment`` must have put in the
 gradebook), for each student ``s`` with a folder ``submitted/s/a/`` (or those named):
@@ -32,9 +36,20 @@ The report ``autograded/_reports/a.json`` is rewritten (atomically) whenever a s
 ends; it is also the journal: a submission whose entry still says ``grading`` was interrupted
 (runner killed) and its gradebook rows may be the previous run's or incomplete; re-running grades
 it again. Each entry keeps the SHA-256 of the submission folder it graded, so a later resubmission
-shows as not yet graded. Submissions are only read, never written. Exit status: 0 when every
-submission was graded, 1 when any was rejected or failed (after all were tried), 2 on a usage or
-set-up error, 130 when interrupted.
+shows as not yet graded. Submissions are only read, never written. Each entry also names the kind
+of machine that ran nbgrader (``machine``, ``autograder.machine.fingerprint``) and, on Dask, the
+worker (``worker``).
+
+``--unfinished`` grades only what the journal shows unfinished: no entry, ``grading`` or
+``interrupted``, a grader error, or a folder whose hash is not the one graded; the rest keep their
+entries. ``--scheduler ADDRESS`` sends every nbgrader run to a Dask worker
+(``autograder/dask_grading.py``; everything else stays here) and refuses an SQLite gradebook before
+grading anything. ``--shard K/N`` grades the students with ``shard_of(s, N) == K`` into the report
+``a.shard-K-of-N.json``; ``--merge`` joins those into ``a.json``.
+
+Exit status: 0 when every submission was graded, 1 when any was rejected or failed (after all were
+tried), 2 on a usage or set-up error, 3 when the Dask scheduler was lost mid-run (re-run with
+``--unfinished``), 130 when interrupted.
 """
 from __future__ import annotations
 
@@ -77,6 +92,21 @@ class Result:
     seconds: float | None = None
     sha256: str | None = None        # of the submission folder as graded
     finished: str | None = None      # UTC time the entry was written
+    machine: str | None = None       # the kind of machine that ran nbgrader (autograder.machine)
+    worker: str | None = None        # the Dask worker that graded it (None: this machine's pool)
+
+
+@dataclass
+class Outcome:
+    """What one nbgrader run left, wherever it ran (the log is already in the report's logs)."""
+    rc: int | None                   # nbgrader's exit status (None: it never finished)
+    timed_out: float | None = None   # the runner's --timeout, when it stopped the run
+    seconds: float | None = None
+    changed: bool = False            # the submission's files changed while it was graded
+    machine: str | None = None
+    worker: str | None = None
+    grader_error: str | None = None  # the grader's fault (nothing written): the reason
+    failure: str | None = None       # the submission's fault before nbgrader could say (zeroed)
 
 
 # --------------------------------------------------------------------------- submissions
@@ -379,18 +409,123 @@ def graded_reason(cells: dict) -> str:
     return "; ".join(parts)
 
 
+# --------------------------------------------------------------------------- one nbgrader run
+
+def nbgrader_command(root: Path, assignment: str, student: str, url: str) -> list[str]:
+    """``nbgrader autograde ASSIGNMENT --student STUDENT --force`` pinned to ``root`` and ``url``."""
+    cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student,
+           "--force", f"--CourseDirectory.root={root}", f"--CourseDirectory.db_url={url}"]
+    if shutil.which("setpriv"):   # the worker dies when the runner dies (no orphan graders)
+        cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
+    return cmd
+
+
+def run_nbgrader(cmd: list[str], root: Path, log_path: Path, timeout: float,
+                 procs: dict | None = None, key: str | None = None) -> tuple[int, float | None]:
+    """Run ``cmd`` in ``root`` with its output in ``log_path``; kill it after ``timeout`` seconds.
+    Returns (exit status, ``timeout`` when it was killed for it, else None). ``procs[key]`` holds
+    the process while it runs (so an interrupted runner can kill it)."""
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent),
+                                                 os.environ.get("PATH", "")]))
+    timed_out = None
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env)
+        if procs is not None:
+            procs[key] = proc
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc, timed_out = proc.wait(), timeout
+        finally:
+            if procs is not None:
+                procs.pop(key, None)
+    return rc, timed_out
+
+
+_MACHINE: list[str] = []
+
+
+def machine_kind() -> str:
+    """This machine's kind (``autograder.machine.fingerprint``), computed once per process."""
+    if not _MACHINE:
+        try:
+            from autograder import machine
+            _MACHINE.append(machine.fingerprint())
+        except Exception as err:  # noqa: BLE001 (torch missing: say so, grade anyway)
+            _MACHINE.append(f"unknown ({type(err).__name__}: {err})")
+    return _MACHINE[0]
+
+
+def shard_of(student: str, shards: int) -> int:
+    """The shard (0 .. shards-1) of a student id: a stable hash (SHA-256), the same on every
+    machine and every run (Python's own hash() is salted per process)."""
+    return int.from_bytes(hashlib.sha256(student.encode("utf-8")).digest()[:8], "big") % shards
+
+
+def shard_report_name(assignment: str, shard: tuple[int, int] | None) -> str:
+    return assignment if shard is None else f"{assignment}.shard-{shard[0]}-of-{shard[1]}"
+
+
+def merge_reports(root: Path, assignment: str) -> tuple[Path | None, list[str]]:
+    """Merge ``<a>.shard-K-of-N.json`` (each shard's own report) into ``<a>.json``. Returns (the
+    merged report, problems): a missing shard, shards of different N, a student in two shards.
+    Writes nothing (and returns None) when there is no shard report."""
+    base = Path(root) / REPORTS
+    found = {}
+    for path in sorted(base.glob(f"{assignment}.shard-*-of-*.json")):
+        m = re.fullmatch(re.escape(assignment) + r"\.shard-(\d+)-of-(\d+)\.json", path.name)
+        if m:
+            found[(int(m.group(1)), int(m.group(2)))] = path
+    if not found:
+        return None, [f"no shard reports {assignment}.shard-K-of-N.json in {base}"]
+    problems, students, gradebooks, owner = [], {}, set(), {}
+    sizes = {n for _, n in found}
+    if len(sizes) > 1:
+        problems.append(f"shard reports of different shard counts: {sorted(sizes)}")
+    for n in sizes:
+        missing = sorted(set(range(n)) - {k for k, m in found if m == n})
+        if missing:
+            problems.append(f"no report from shard(s) {', '.join(map(str, missing))} of {n}: "
+                            f"their students are not in the merge")
+    for (k, n), path in sorted(found.items()):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        gradebooks.add(doc.get("gradebook"))
+        for student, entry in doc.get("students", {}).items():
+            if student in students:
+                problems.append(f"{student} is in shard {owner[student]} and shard {k}/{n}: kept "
+                                f"the entry finished last")
+                if (entry.get("finished") or "") < (students[student].get("finished") or ""):
+                    continue
+            students[student], owner[student] = entry, f"{k}/{n}"
+    if len(gradebooks) > 1:
+        problems.append(f"shards graded into different gradebooks: {sorted(map(str, gradebooks))}")
+    out = base / f"{assignment}.json"
+    doc = {"assignment": assignment, "gradebook": sorted(map(str, gradebooks))[0],
+           "merged_from": [p.name for _, p in sorted(found.items())],
+           "students": dict(sorted(students.items()))}
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    os.replace(tmp, out)
+    return out, problems
+
+
 # --------------------------------------------------------------------------- the run
 
 class Runner:
     """Grades the submissions of one assignment; see the module docstring."""
 
-    def __init__(self, root: Path, assignment: str, url: str, jobs: int, timeout: float):
+    def __init__(self, root: Path, assignment: str, url: str, jobs: int, timeout: float,
+                 report_name: str | None = None, unfinished: bool = False):
         self.root, self.assignment, self.url = Path(root).resolve(), assignment, url
         self.jobs, self.timeout = max(1, jobs), timeout
-        self.report_path = self.root / REPORTS / f"{assignment}.json"
+        self.unfinished = unfinished          # grade only what the journal shows unfinished
+        self.report_path = self.root / REPORTS / f"{report_name or assignment}.json"
         self.log_dir = self.root / REPORTS / f"{assignment}.logs"
         self.lock = threading.Lock()          # report and the runner's own gradebook writes
         self.procs: dict[str, subprocess.Popen] = {}
+        self.skipped: dict[str, dict] = {}    # journal entries left as they were (--unfinished)
         self.stopping = False
         self.course = None
         self.entries: dict[str, dict] = {}
@@ -428,12 +563,17 @@ class Runner:
                 shutil.rmtree(path)
 
     def nbgrader_cmd(self, student: str) -> list[str]:
-        cmd = [sys.executable, "-m", "nbgrader", "autograde", self.assignment, "--student", student,
-               "--force", f"--CourseDirectory.root={self.root}",
-               f"--CourseDirectory.db_url={self.url}"]
-        if shutil.which("setpriv"):   # the worker dies when the runner dies (no orphan graders)
-            cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
-        return cmd
+        return nbgrader_command(self.root, self.assignment, student, self.url)
+
+    def finished(self, student: str) -> bool:
+        """Whether the journal shows this submission finished: graded, failed (not by a grader
+        error) or rejected, for the files the folder holds now."""
+        entry = self.entries.get(student) or {}
+        if entry.get("state") not in (GRADED, FAILED, REJECTED):
+            return False
+        if entry["state"] == FAILED and "GRADER ERROR" in entry.get("reason", ""):
+            return False
+        return entry.get("sha256") is not None and entry["sha256"] == folder_hash(self.submission(student))
 
     # one submission -------------------------------------------------------
     def reject(self, student: str, reason: str) -> Result:
@@ -449,53 +589,63 @@ class Runner:
     def grade(self, student: str, notes: list[str]) -> Result:
         if self.stopping:
             return Result(student, INTERRUPTED, "not started: the run was interrupted")
-        folder = self.submission(student)
-        before = folder_hash(folder)
+        before = self.begin(student)
+        return self.conclude(student, notes, before, self.execute(student))
+
+    def begin(self, student: str) -> str | None:
+        """Journal that grading starts (the entry says ``grading``); the submission's hash."""
+        before = folder_hash(self.submission(student))
         with self.lock:
             self.save(Result(student, GRADING, "grading started; if this stays, the run was "
                              "interrupted and the gradebook may hold an older or incomplete grade",
                              sha256=before))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{student}.log"
-        env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent),
-                                                     os.environ.get("PATH", "")]))
+        return before
+
+    def execute(self, student: str) -> Outcome:
+        """nbgrader on this machine, in the course root; its log in the report's logs."""
         start = time.perf_counter()
-        timed_out = None
-        with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.Popen(self.nbgrader_cmd(student), cwd=self.root, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-            self.procs[student] = proc
-            try:
-                rc = proc.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                rc, timed_out = proc.wait(), self.timeout
-            finally:
-                self.procs.pop(student, None)
-        seconds = time.perf_counter() - start
-        log_text = log_path.read_text(encoding="utf-8", errors="replace")
+        rc, timed_out = run_nbgrader(self.nbgrader_cmd(student), self.root,
+                                     self.log_dir / f"{student}.log", self.timeout, self.procs, student)
+        return Outcome(rc, timed_out, time.perf_counter() - start, machine=machine_kind())
+
+    def conclude(self, student: str, notes: list[str], before: str | None, outcome: Outcome) -> Result:
+        """The report entry of a run (``outcome``): graded, failed (zeroed) or a grader error."""
+        folder = self.submission(student)
+        log_path = self.log_dir / f"{student}.log"
+        log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
         after = folder_hash(folder)
+        changed = outcome.changed or after != before
+        rc, seconds = outcome.rc, outcome.seconds
         rel_log = str(log_path.relative_to(self.root))
+        where = dict(machine=outcome.machine, worker=outcome.worker)
         if self.stopping and rc != 0:
             return Result(student, INTERRUPTED, "interrupted: the run was stopped while grading it; "
                           "the gradebook may hold an older or incomplete grade",
-                          log=rel_log, seconds=seconds, sha256=before)
+                          log=rel_log, seconds=seconds, sha256=before, **where)
+        if outcome.grader_error:  # nothing was written; the next run grades it again
+            reason = outcome.grader_error + (f" [{'; '.join(notes)}]" if notes else "")
+            return Result(student, FAILED, f"failed: {reason}", notes=notes, log=rel_log,
+                          seconds=seconds, sha256=before, **where)
         grades = read_grades(self.url, self.course, self.assignment, student) if rc == 0 else None
         incomplete = grades is not None and any(
             g["auto_score"] is None and not g["manual"] for g in grades.values())
-        if rc == 0 and grades and not incomplete and after == before:
+        if rc == 0 and grades and not incomplete and not changed and not outcome.failure:
             per_cell, extra = autograded_reasons(
                 self.root / "autograded" / student / self.assignment / f"{self.assignment}.ipynb")
             cells = self.cell_table(student, per_cell, grades)
             return Result(student, GRADED, graded_reason(cells), *self.totals(student, grades),
-                          cells=cells, notes=notes + extra, log=rel_log, seconds=seconds, sha256=before)
-        if after != before:
+                          cells=cells, notes=notes + extra, log=rel_log, seconds=seconds,
+                          sha256=before, **where)
+        if outcome.failure:
+            reason, grader_error = outcome.failure, False
+        elif changed:
             reason, grader_error = ("the submission's files changed while it was graded (did its code "
                                     "write to them?); graded 0, check it by hand", False)
         elif rc == 0:
             reason, grader_error = ("nbgrader finished but left graded cells without a score", False)
         else:
-            reason, grader_error = failure_reason(log_text, rc, timed_out)
+            reason, grader_error = failure_reason(log_text, rc, outcome.timed_out)
         if not grader_error:
             with self.lock:
                 record_zero(self.url, self.course, self.assignment, student, submission_timestamp(folder))
@@ -505,7 +655,7 @@ class Runner:
             reason += f" [{'; '.join(notes)}]"
         return Result(student, FAILED, f"failed: {reason}", *totals,
                       cells=self.cell_table(student, {}) if not grader_error else {},
-                      notes=notes, log=rel_log, seconds=seconds, sha256=before)
+                      notes=notes, log=rel_log, seconds=seconds, sha256=before, **where)
 
     def totals(self, student: str, grades: dict | None = None) -> tuple[float | None, float | None]:
         grades = grades if grades is not None else read_grades(self.url, self.course, self.assignment, student)
@@ -530,6 +680,12 @@ class Runner:
                              f"{database.describe(self.url)}: run `make release` "
                              f"(nbgrader generate_assignment) first")
         self.load_report()
+        if self.unfinished:
+            done_before = [s for s in names if self.finished(s)]
+            names = [s for s in names if s not in set(done_before)]
+            self.skipped = {s: self.entries[s] for s in done_before}
+            echo(f"{self.assignment}: {len(done_before)} submission(s) already finished in the journal "
+                 f"{self.report_path.name} (--unfinished): grading {len(names)}", flush=True)
         results, todo = [], []
         total = len(names)
 
@@ -548,6 +704,12 @@ class Runner:
                 done(self.reject(student, reason))
             else:
                 todo.append((student, notes))
+        self.grade_all(todo, done, results)
+        return results
+
+    def grade_all(self, todo: list, done, results: list) -> None:
+        """Grade ``todo`` ((student, notes) pairs), ``self.jobs`` at a time, calling ``done`` with
+        each result; on an interrupt, journal what was not finished and re-raise."""
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
         futures = {pool.submit(self.grade, s, n): s for s, n in todo}
         try:
@@ -570,11 +732,27 @@ class Runner:
                         self.save(result)
             raise
         pool.shutdown()
-        return results
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``K/N`` -> (K, N), 0 <= K < N (K as Slurm's array index from 0 or a Kubernetes Indexed
+    Job's completion index)."""
+    m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
+        raise argparse.ArgumentTypeError(f"--shard wants K/N with 0 <= K < N, got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+SQLITE_WITH_SCHEDULER = (
+    "refusing to grade on a Dask scheduler with an SQLite gradebook ({url}): the workers run on "
+    "other machines, which cannot share one SQLite file (no shared filesystem is assumed, and "
+    "SQLite's locks do not hold over a network filesystem). Set COURSE_DB_URL to a PostgreSQL URL "
+    "that every worker can reach, e.g. postgresql://grader@db-host:5432/gradebook, and run "
+    "`make release` against it once.")
 
 
 def main(argv: list[str]) -> int:
@@ -583,11 +761,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--all", action="store_true", help="every assignment with submissions")
     parser.add_argument("--students", nargs="+", help="only these students")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="submissions graded at once (default: the machine's cores)")
+                        help="submissions graded at once (default: the machine's cores; with "
+                             "--scheduler: unused, one per worker thread)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                         help=f"seconds one submission may take in all (default {DEFAULT_TIMEOUT_S})")
     parser.add_argument("--root", type=Path, default=None,
                         help="course root (default: $COURSE_ROOT or this repository)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="grade on the workers of this Dask scheduler (tcp://host:8786; "
+                             "autograder/dask_grading.py); needs a PostgreSQL gradebook")
+    parser.add_argument("--shard", type=parse_shard, metavar="K/N",
+                        help="grade only the students whose stable hash falls in shard K of N "
+                             "(0 <= K < N); the report is <a>.shard-K-of-N.json (--merge joins them)")
+    parser.add_argument("--unfinished", action="store_true",
+                        help="grade only what the journal (the report) shows unfinished: no entry, "
+                             "interrupted, a grader error, or files changed since")
+    parser.add_argument("--merge", action="store_true",
+                        help="grade nothing: merge the shard reports <a>.shard-K-of-N.json into <a>.json")
     args = parser.parse_args(argv)
     root = (args.root or grading.course_root()).resolve()
     names = args.assignments
@@ -598,28 +788,69 @@ def main(argv: list[str]) -> int:
             return 0
     if not names:
         parser.error("name an assignment or give --all")
+    if args.merge:
+        status = 0
+        for a in names:
+            out, problems = merge_reports(root, a)
+            for problem in problems:
+                print(f"{a}: {problem}", file=sys.stderr)
+            status = 1 if problems else status
+            if out is not None:
+                print(f"{a}: merged report {out.relative_to(root)}")
+        return status
     url = database.db_url(root)
+    if args.scheduler and url.startswith("sqlite"):
+        print(SQLITE_WITH_SCHEDULER.format(url=database.describe(url)), file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _interrupt)
     status = 0
-    print(f"gradebook: {database.describe(url)}; {args.jobs} job(s)", flush=True)
-    for a in names:
-        found = students(root, a)
-        chosen = [s for s in found if s in set(args.students)] if args.students else found
-        unknown = sorted(set(args.students or []) - set(found))
-        if unknown:
-            print(f"{a}: no submitted/<student>/{a} for {', '.join(unknown)}", file=sys.stderr)
-            status = 1
-        runner = Runner(root, a, url, args.jobs, args.timeout)
+    cluster = None
+    if args.scheduler:
+        from autograder import dask_grading
         try:
-            results = runner.run(chosen)
-        except KeyboardInterrupt:
-            print(f"interrupted; report: {runner.report_path}", file=sys.stderr)
-            return 130
-        counts = {state: sum(r.state == state for r in results) for state in (GRADED, FAILED, REJECTED)}
-        print(f"{a}: {counts[GRADED]} graded, {counts[FAILED]} failed, {counts[REJECTED]} rejected; "
-              f"report {runner.report_path.relative_to(root)}", flush=True)
-        if counts[FAILED] or counts[REJECTED]:
-            status = 1
+            cluster = dask_grading.connect(args.scheduler, root)
+        except dask_grading.SetupError as err:
+            print(err, file=sys.stderr)
+            return 2
+        print(f"gradebook: {database.describe(url)}; Dask scheduler {args.scheduler}", flush=True)
+    else:
+        print(f"gradebook: {database.describe(url)}; {args.jobs} job(s)", flush=True)
+    try:
+        for a in names:
+            found = students(root, a)
+            chosen = [s for s in found if s in set(args.students)] if args.students else found
+            unknown = sorted(set(args.students or []) - set(found))
+            if unknown:
+                print(f"{a}: no submitted/<student>/{a} for {', '.join(unknown)}", file=sys.stderr)
+                status = 1
+            if args.shard:
+                chosen = [s for s in chosen if shard_of(s, args.shard[1]) == args.shard[0]]
+            report = shard_report_name(a, args.shard)
+            if cluster is not None:
+                runner = dask_grading.DaskRunner(cluster, root, a, url, args.timeout,
+                                                 report_name=report, unfinished=args.unfinished)
+            else:
+                runner = Runner(root, a, url, args.jobs, args.timeout, report_name=report,
+                                unfinished=args.unfinished)
+            try:
+                results = runner.run(chosen)
+            except KeyboardInterrupt:
+                print(f"interrupted; report: {runner.report_path}", file=sys.stderr)
+                return 130
+            except Exception as err:
+                if cluster is not None and isinstance(err, dask_grading.SchedulerLost):
+                    print(f"{a}: {err}; report: {runner.report_path.relative_to(root)}", file=sys.stderr)
+                    return 3
+                raise
+            counts = {state: sum(r.state == state for r in results) + sum(
+                e.get("state") == state for e in runner.skipped.values()) for state in (GRADED, FAILED, REJECTED)}
+            print(f"{a}: {counts[GRADED]} graded, {counts[FAILED]} failed, {counts[REJECTED]} rejected; "
+                  f"report {runner.report_path.relative_to(root)}", flush=True)
+            if counts[FAILED] or counts[REJECTED]:
+                status = 1
+    finally:
+        if cluster is not None:
+            cluster.close()
     return status
 
 

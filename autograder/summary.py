@@ -15,6 +15,9 @@ the gradebook of ``autograder.database.db_url`` (``COURSE_DB_URL``):
 - "not graded: needs a GPU kernel": GPU tests (tagged ``gpu``) that a grader without CUDA left
   unrun; shown as ``n/g`` in the table, counted in no total, listed nowhere else;
 - "needs manual grade": the cells a person still has to grade;
+- "graded on": the kind of machine (``autograder.machine.fingerprint``) that graded each graded
+  submission, with the count per kind; the students (and their Dask worker) are listed when more
+  than one kind graded or a Dask worker did, since their saved numbers may differ by kind;
 - for the capstone (``course.capstone.ASSIGNMENT``), each student's draw (family and bug, computed
   from the student id as the grader computes it) beside the score, and the mean score per family,
   so an instructor sees which families the class finds hard. Only this instructor report shows
@@ -76,6 +79,7 @@ def summarize(root: Path, assignment: str, url: str) -> str:
              + ([""] if draw else [])]
     by_family: dict[str, list[float]] = {}
     not_graded, lost, manual, gpu = [], [], [], []
+    machines: dict[str, list[str]] = {}
     for student in sorted(set(rows) | set(submitted)):
         entry = report.get(student, {})
         grades = rows.get(student)
@@ -119,6 +123,8 @@ def summarize(root: Path, assignment: str, url: str) -> str:
                 not_graded.append(f"{student}: resubmitted after it was graded: the score is for the "
                                   f"previous submission; re-run make autograde")
         if state == grade_class.GRADED:
+            machines.setdefault(entry.get("machine") or "not recorded", []).append(
+                student + (f" ({entry['worker']})" if entry.get("worker") else ""))
             for gid, cell in entry.get("cells", {}).items():
                 if not cell.get("manual") and cell.get("score", 0) < cell.get("max_score", 0):
                     why = "; ".join(cell.get("why") or []) or "no error shown (partial credit?)"
@@ -134,6 +140,12 @@ def summarize(root: Path, assignment: str, url: str) -> str:
                          (grade_class.NOT_GRADED_GPU, gpu), ("needs manual grade", manual)):
         out.append(f"-- {title} ({len(items)})")
         out += [f"  {item}" for item in items] or ["  none"]
+    out.append(f"-- graded on ({len(machines)} kind(s) of machine)")
+    for kind, who in sorted(machines.items()):
+        out.append(f"  {kind}: {len(who)} submission(s)"
+                   + (f": {', '.join(who)}" if len(machines) > 1 or any("(" in w for w in who) else ""))
+    if not machines:
+        out.append("  none")
     if draw:
         out.append(f"-- mean score by the family drawn ({len(by_family)} families)")
         out += [f"  {family}: {sum(v) / len(v):.2f} over {len(v)} student(s)"

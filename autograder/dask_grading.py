@@ -1,0 +1,504 @@
+"""Grade a class on the workers of a Dask scheduler (``grade_class ... --scheduler ADDRESS``).
+
+    python -m autograder.dask_grading version [ROOT]      print the course version of ROOT
+
+The coordinator (``autograder.grade_class`` with ``--scheduler``) keeps everything that is the
+class's: the pre-check, the journal and report, ``record_zero``, the logs and the autograded
+output. Each submission that passes the pre-check becomes one ``GradingJob``, a plain picklable
+value: assignment, student, the submission folder's files as bytes, the gradebook URL, the
+coordinator's course version and the timeout. A worker (``grade_job``) grades it in a temporary
+course root of its own (its own ``nbgrader_config.py`` and ``solutions/<a>/``, the job's files in
+``submitted/``) with nbgrader's ``autograde`` in the sandbox, exactly as the local pool does
+(``grade_class.nbgrader_command``), and sends back nbgrader's exit status and log, the autograded
+folder's files, the kind of machine (``autograder.machine``) and whether the files changed while
+they were graded. No filesystem is shared: only the gradebook (PostgreSQL) is, and nbgrader on the
+worker writes the grades there.
+
+Contracts:
+- **Course version** (``course_version``): SHA-256 over the ``course`` package as the process
+  imports it (``*.py``), ``nbgrader_config.py``, the cells of every ``solutions/<a>/<a>.ipynb``
+  (sources and metadata, not outputs, which differ by machine), and the kernels: the course's two
+  kernelspecs (argv with paths reduced to file names), the kernel-side grading code
+  (``sandbox.py``, ``kernel_guard.py``, ``sandboxed_execute.py``, ``demo_cells.py``), the Python
+  version and the installed version of every package ``requirements.txt`` pins. A worker whose
+  version differs from the job's refuses it (a grader error naming both versions; nothing is
+  written); ``connect`` also warns about such workers before grading starts.
+- **The scheduler** must run with ``distributed.scheduler.allowed-failures: 1`` and
+  ``distributed.scheduler.worker-saturation: 1.0`` (``connect`` checks both and refuses
+  otherwise). Jobs are submitted as root-ish tasks (``dask._task_spec.Task(...,
+  _data_producer=True)``, a private parameter of the pinned dask), which with saturation 1.0 the
+  scheduler queues and hands to a worker only when one of its threads is free: a worker never
+  holds a job it is not running, so a worker's death counts against the submission it was grading
+  and no other. Dask then regrades that submission on another worker, once; when that worker dies
+  too the task ends in ``KilledWorker`` and the coordinator zeroes it with that reason. Start
+  workers with ``--nthreads 1`` (``--nworkers N`` for more per machine) so one submission's crash
+  takes no other submission's worker with it.
+- **The gradebook**: the worker first opens a connection to the job's URL; when it cannot, the job
+  ends as a grader error naming the worker and the reason, and nbgrader is not run (nothing is
+  written, the next run grades it).
+- **The scheduler lost**: the client cancels every future ("scheduler-connection-lost"); the
+  coordinator marks the submissions in flight *interrupted* and raises ``SchedulerLost``;
+  ``grade_class`` exits 3. ``--unfinished`` on the next run grades only what the journal shows
+  unfinished. A worker may still finish a job it had started and write its grades; the re-run
+  grades the same files again (nbgrader's ``--force`` replaces the rows: one row per student).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder import database, grade_class, grading
+
+ALLOWED_FAILURES = 1
+WORKER_SATURATION = 1.0
+POLL_S = 2.0
+KERNEL_FILES = ("sandbox.py", "kernel_guard.py", "sandboxed_execute.py", "demo_cells.py")
+KERNEL_NAMES = ("debug-course", "debug-course-sandboxed")
+MAX_RETURNED_BYTES = 256 * 2**20   # the autograded folder a worker sends back
+
+
+class SetupError(RuntimeError):
+    """The cluster cannot grade for this course (the message says why); nothing was graded."""
+
+
+class SchedulerLost(RuntimeError):
+    """The client lost the scheduler in the middle of a run."""
+
+
+# --------------------------------------------------------------------------- course version
+
+def _course_package() -> Path | None:
+    spec = importlib.util.find_spec("course")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def _pinned_packages() -> list[str]:
+    try:
+        lines = (grading.REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    names = []
+    for line in lines:
+        m = re.match(r"^\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*==", line)
+        if m:
+            names.append(m.group(1))
+    return sorted(names)
+
+
+def _kernelspec(name: str) -> dict | None:
+    """The parts of a kernelspec that decide how the kernel runs (paths reduced to file names);
+    None when it is not installed. Read up to three times: ``sandbox install`` rewriting the file
+    while it is read must not give a wrong version for the life of a worker."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    for attempt in range(3):
+        try:
+            spec = KernelSpecManager().get_kernel_spec(name)
+            break
+        except NoSuchKernel:
+            return None
+        except Exception:  # noqa: BLE001 (a half-written kernel.json: read it again)
+            if attempt == 2:
+                return None
+            time.sleep(0.2)
+    return {"argv": [os.path.basename(a) if os.path.isabs(a) else a for a in spec.argv],
+            "language": spec.language, "interrupt_mode": spec.interrupt_mode}
+
+
+_VERSIONS: dict = {}
+
+
+def version_inputs(root: Path) -> list[Path]:
+    """The files whose contents make the course version (besides kernels and packages)."""
+    root = Path(root)
+    files = [root / grading.CONFIG_FILE]
+    package = _course_package()
+    if package is not None:
+        files += sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+    files += [grading.source_path(a, root) for a in grading.assignments(root)]
+    here = Path(__file__).resolve().parent
+    files += [here / name for name in KERNEL_FILES]
+    return files
+
+
+def course_version(root: Path) -> str:
+    """The course version of course root ``root`` as this process sees it (16 hex digits; see
+    the module docstring). Cached per process while no input file changes."""
+    root = Path(root).resolve()
+    files = version_inputs(root)
+    stamp = tuple((str(p), *(lambda st: (st.st_mtime_ns, st.st_size))(p.stat())) if p.exists()
+                  else (str(p), None, None) for p in files)
+    key = (str(root), stamp)
+    if key in _VERSIONS:
+        return _VERSIONS[key]
+    h = hashlib.sha256()
+    package = _course_package()
+
+    def part(label: str, data: bytes) -> None:
+        h.update(label.encode() + b"\0" + hashlib.sha256(data).digest())
+
+    for path in files:
+        if not path.exists():
+            part(f"missing:{path.name}", b"")
+            continue
+        if path.suffix == ".ipynb":
+            nb = json.loads(path.read_text(encoding="utf-8"))
+            cells = [{"cell_type": c.get("cell_type"), "source": c.get("source"),
+                      "metadata": c.get("metadata", {})} for c in nb.get("cells", [])]
+            part(f"source:{path.parent.name}", json.dumps(cells, sort_keys=True).encode())
+        elif package is not None and path.is_relative_to(package):
+            part(f"course:{path.relative_to(package)}", path.read_bytes())
+        else:
+            part(f"file:{path.name}", path.read_bytes())
+    for name in KERNEL_NAMES:
+        part(f"kernel:{name}", json.dumps(_kernelspec(name), sort_keys=True).encode())
+    part("python", sys.version.split()[0].encode())
+    for name in _pinned_packages():
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            version = "missing"
+        part(f"package:{name}", version.encode())
+    _VERSIONS.clear()
+    _VERSIONS[key] = h.hexdigest()[:16]
+    return _VERSIONS[key]
+
+
+# --------------------------------------------------------------------------- the job
+
+@dataclass
+class GradingJob:
+    """One submission to grade: everything a worker needs, nothing of the coordinator's disk."""
+    assignment: str
+    student: str
+    files: dict[str, bytes]          # relative path in the submission folder -> contents
+    db_url: str
+    course_version: str
+    timeout: float
+
+
+@dataclass
+class JobResult:
+    """What a worker sends back for one job."""
+    rc: int | None
+    log: str
+    timed_out: float | None = None
+    seconds: float | None = None
+    changed: bool = False
+    autograded: dict[str, bytes] = field(default_factory=dict)
+    machine: str | None = None
+    worker: str | None = None
+    grader_error: str | None = None
+
+
+def submission_files(folder: Path) -> dict[str, bytes]:
+    """The regular files below a submission folder (links are left out: the pre-check already
+    rejected a linked notebook, and the local runner's nbgrader does not copy links either)."""
+    folder = Path(folder)
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink() and not any(
+                p.is_symlink() for p in path.relative_to(folder).parents if str(p) != "."):
+            files[str(path.relative_to(folder))] = path.read_bytes()
+    return files
+
+
+def _safe_path(base: Path, rel: str) -> Path:
+    path = (base / rel).resolve()
+    if not path.is_relative_to(base.resolve()) or path == base.resolve():
+        raise ValueError(f"refusing a path outside its folder: {rel!r}")
+    return path
+
+
+def _files_hash(files: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
+    return h.hexdigest()
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return socket.gethostname()
+
+
+def _gradebook_reachable(url: str) -> str | None:
+    """None when the gradebook at ``url`` answers a connection, else why not (one line)."""
+    import sqlalchemy
+
+    args = {"connect_timeout": 15} if url.startswith("postgresql") else {}
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args=args)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sqlalchemy.text("SELECT 1"))
+        finally:
+            engine.dispose()
+    except Exception as err:  # noqa: BLE001 (any failure to connect is the answer)
+        text = str(err).strip().splitlines()
+        return f"{type(err).__name__}: {text[0] if text else ''}"
+    return None
+
+
+def grade_job(job: GradingJob) -> JobResult:
+    """Run on a Dask worker: grade ``job`` in a temporary course root made from this worker's
+    own course (``COURSE_ROOT`` or the repository this module is in)."""
+    worker = _worker_name()
+    root = grading.course_root()
+    mine = course_version(root)
+    kind = grade_class.machine_kind()
+    if mine != job.course_version:
+        return JobResult(None, "", machine=kind, worker=worker, grader_error=(
+            f"GRADER ERROR: worker {worker} refused the job: its course version is {mine} "
+            f"(course root {root}), the coordinator's is {job.course_version}; grades from two "
+            f"versions of the hidden tests must not mix. Update that worker's course (the same "
+            f"commit, kernels and packages) and re-run"))
+    unreachable = _gradebook_reachable(job.db_url)
+    if unreachable:
+        return JobResult(None, "", machine=kind, worker=worker, grader_error=(
+            f"GRADER ERROR: worker {worker} could not reach the gradebook "
+            f"{database.describe(job.db_url)} ({unreachable}); nothing was written, re-run"))
+    a, s = job.assignment, job.student
+    base = None
+    try:
+        from distributed import get_worker
+        base = get_worker().local_directory
+    except (ImportError, ValueError):
+        pass
+    tmp = Path(tempfile.mkdtemp(prefix=f"grade-{a}-", dir=base))
+    try:
+        shutil.copy(root / grading.CONFIG_FILE, tmp / grading.CONFIG_FILE)
+        shutil.copytree(grading.source_path(a, root).parent, tmp / "solutions" / a,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        folder = tmp / "submitted" / s / a
+        folder.mkdir(parents=True)
+        for rel, data in job.files.items():
+            path = _safe_path(folder, rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        log_path = tmp / "nbgrader.log"
+        start = time.perf_counter()
+        rc, timed_out = grade_class.run_nbgrader(
+            grade_class.nbgrader_command(tmp, a, s, job.db_url), tmp, log_path, job.timeout)
+        seconds = time.perf_counter() - start
+        changed = _files_hash(submission_files(folder)) != _files_hash(job.files)
+        out, total = {}, 0
+        autograded = tmp / "autograded" / s / a
+        if autograded.is_dir():
+            for rel, data in submission_files(autograded).items():
+                total += len(data)
+                if total > MAX_RETURNED_BYTES:
+                    break
+                out[rel] = data
+        return JobResult(rc, log_path.read_text(encoding="utf-8", errors="replace"), timed_out,
+                         seconds, changed, out, kind, worker)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _worker_version(root: str | None = None) -> str:
+    """A worker's course version (``connect`` asks every worker); also computes its machine kind
+    once, so the first job does not pay for importing torch."""
+    grade_class.machine_kind()
+    return course_version(Path(root) if root else grading.course_root())
+
+
+# --------------------------------------------------------------------------- the coordinator
+
+class Cluster:
+    """A client of the scheduler, checked for grading (see ``connect``)."""
+
+    def __init__(self, client, address: str, version: str):
+        self.client, self.address, self.version = client, address, version
+
+    def threads(self) -> int:
+        try:
+            return sum(self.client.nthreads().values())
+        except Exception:  # noqa: BLE001 (the scheduler is gone: the futures say so)
+            return 0
+
+    def close(self) -> None:
+        try:   # a client that lost its scheduler has nobody to say goodbye to: do not wait
+            self.client.close(timeout=10 if self.client.status == "running" else 1)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def connect(address: str, root: Path, timeout: float = 30) -> Cluster:
+    """Connect to the scheduler at ``address`` and check it can grade course root ``root``:
+    its retry settings, and the course version of the workers there now (a warning for each
+    that differs; each of them would refuse its jobs)."""
+    import dask.config
+    from distributed import Client
+
+    version = course_version(root)
+    try:
+        client = Client(address, timeout=timeout)
+    except (OSError, TimeoutError) as err:
+        raise SetupError(f"cannot reach the Dask scheduler {address}: {err}") from err
+    try:
+        failures = client.run_on_scheduler(dask.config.get, "distributed.scheduler.allowed-failures")
+        saturation = client.run_on_scheduler(dask.config.get, "distributed.scheduler.worker-saturation")
+    except Exception as err:  # noqa: BLE001
+        client.close()
+        raise SetupError(f"cannot read the settings of the Dask scheduler {address}: {err}") from err
+    if failures != ALLOWED_FAILURES or float(saturation) != WORKER_SATURATION:
+        client.close()
+        raise SetupError(
+            f"refusing to grade on the Dask scheduler {address}: it runs with allowed-failures "
+            f"{failures} and worker-saturation {saturation}; grading needs allowed-failures "
+            f"{ALLOWED_FAILURES} (a submission whose worker dies is graded again once, and zeroed "
+            f"when the second worker dies too) and worker-saturation {WORKER_SATURATION:g} (a worker "
+            f"holds only the jobs it runs, so a death is blamed on the submission it was grading). "
+            f"Start it as: DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES={ALLOWED_FAILURES} "
+            f"DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION={WORKER_SATURATION:g} dask scheduler")
+    try:
+        versions = client.run(_worker_version)
+    except Exception as err:  # noqa: BLE001 (a worker without the course: its jobs fail and say so)
+        print(f"warning: could not ask the workers for their course version: {err}", file=sys.stderr)
+        versions = {}
+    for worker, theirs in sorted(versions.items()):
+        if theirs != version:
+            print(f"warning: worker {worker} has course version {theirs}, this course is {version}: "
+                  f"it will refuse every job", file=sys.stderr)
+    print(f"Dask: {len(versions)} worker(s), course version {version}", flush=True)
+    return Cluster(client, address, version)
+
+
+class DaskRunner(grade_class.Runner):
+    """``grade_class.Runner`` whose nbgrader runs happen on Dask workers."""
+
+    def __init__(self, cluster: Cluster, root: Path, assignment: str, url: str, timeout: float,
+                 report_name: str | None = None, unfinished: bool = False):
+        super().__init__(root, assignment, url, 1, timeout, report_name=report_name,
+                         unfinished=unfinished)
+        self.cluster = cluster
+
+    def job(self, student: str) -> GradingJob:
+        return GradingJob(self.assignment, student, submission_files(self.submission(student)),
+                          self.url, self.cluster.version, self.timeout)
+
+    def submit(self, student: str):
+        from dask._task_spec import Task
+
+        key = f"grade-{self.assignment}-{student}-{uuid.uuid4().hex[:8]}"
+        # A root-ish task (data producer): the scheduler queues it until a worker thread is free
+        task = Task(key, grade_job, self.job(student), _data_producer=True)
+        return self.cluster.client.get({key: task}, key, sync=False)
+
+    def receive(self, student: str, future) -> grade_class.Outcome:
+        """The outcome of one finished future; the log and autograded files written here."""
+        from distributed.scheduler import KilledWorker
+
+        log_path = self.log_dir / f"{student}.log"
+        if future.status == "cancelled" or self.cluster.client.status not in ("running", "connecting"):
+            raise SchedulerLost(f"lost the Dask scheduler {self.cluster.address} while grading")
+        if future.status == "error":
+            err = future.exception()
+            if isinstance(err, KilledWorker):
+                text = (f"the worker grading it died, twice: it was graded again on another worker "
+                        f"after the first died, and that one died too (last: "
+                        f"{err.last_worker.address}); graded 0, check it by hand (a crash or "
+                        f"memory the sandbox did not contain?)")
+                log_path.write_text(f"Dask: {err}\n", encoding="utf-8")
+                return grade_class.Outcome(None, failure=text, worker=err.last_worker.address)
+            log_path.write_text(f"Dask: the job failed on the worker: {type(err).__name__}: {err}\n",
+                                encoding="utf-8")
+            return grade_class.Outcome(None, grader_error=(
+                f"GRADER ERROR: the Dask worker could not run the grading job "
+                f"({type(err).__name__}: {err}); is the course on the worker's PYTHONPATH?"))
+        result: JobResult = future.result()
+        log_path.write_text(result.log, encoding="utf-8")
+        if not result.grader_error:
+            self.remove_outputs(student)
+            if result.autograded:
+                base = self.root / "autograded" / student / self.assignment
+                for rel, data in result.autograded.items():
+                    path = _safe_path(base, rel)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(data)
+        return grade_class.Outcome(result.rc, result.timed_out, result.seconds, result.changed,
+                                   result.machine, result.worker, result.grader_error)
+
+    def grade_all(self, todo: list, done, results: list) -> None:
+        """Submit the jobs (at most two per worker thread ahead of the results: the scheduler's
+        queue stays short and the journal's ``grading`` entries mean sent), take results as they
+        come, refill."""
+        from distributed import wait
+
+        pending = deque(todo)
+        flight: dict = {}
+        try:
+            while pending or flight:
+                room = max(2, 2 * self.cluster.threads())
+                while pending and len(flight) < room:
+                    student, notes = pending.popleft()
+                    before = self.begin(student)
+                    flight[self.submit(student)] = (student, notes, before)
+                try:
+                    finished = wait(list(flight), timeout=POLL_S, return_when="FIRST_COMPLETED").done
+                except TimeoutError:
+                    finished = set()
+                except Exception as err:  # noqa: BLE001 (cancelled futures: the scheduler is gone)
+                    if self.cluster.client.status in ("running", "connecting") and not any(
+                            f.status == "cancelled" for f in flight):
+                        raise
+                    raise SchedulerLost(f"lost the Dask scheduler {self.cluster.address} while "
+                                        f"grading ({type(err).__name__})") from err
+                for fut in finished:
+                    student, notes, before = flight.pop(fut)
+                    try:
+                        outcome = self.receive(student, fut)
+                    except SchedulerLost:
+                        flight[fut] = (student, notes, before)
+                        raise
+                    done(self.conclude(student, notes, before, outcome))
+        except BaseException as err:
+            self.stopping = True
+            lost = isinstance(err, SchedulerLost)
+            for fut, (student, _, before) in flight.items():
+                if not lost:
+                    fut.cancel()
+                with self.lock:
+                    self.save(grade_class.Result(
+                        student, grade_class.INTERRUPTED,
+                        ("interrupted: the Dask scheduler was lost while it was being graded"
+                         if lost else "interrupted: the run was stopped while it was being graded")
+                        + "; the gradebook may hold an older or incomplete grade (re-run with "
+                          "--unfinished)", sha256=before))
+            if lost:
+                raise SchedulerLost(f"{err}: {len(flight)} submission(s) interrupted, "
+                                    f"{len(pending)} not started; re-run with --unfinished to "
+                                    f"grade only what the journal shows unfinished") from None
+            raise
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["version"]:
+        root = Path(argv[1]) if len(argv) > 1 else grading.course_root()
+        print(course_version(root))
+        return 0
+    print(__doc__.splitlines()[2].strip())
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
