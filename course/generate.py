@@ -399,7 +399,8 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
     at T = 0.7 within ``tolerance`` of the reference generator's. ``gen`` runs with the functions in
     ``off`` switched off (``course.grading.switched_off``); the references run outside. EOS is also
     checked on the trained model, with a token that some rows' greedy continuations reach before
-    others' (a finished row must be held at EOS while the rest go on)."""
+    others' (a finished row must be held at EOS while the rest go on), when the prompts give such a
+    token (they do for a few dozen rows of a small language; without one the check is skipped)."""
     from .grading import switched_off
 
     problems = []
@@ -438,8 +439,8 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
         expected = torch.cat([prompts, held], dim=1)
         if ended.shape != expected.shape or not torch.equal(ended, expected):
             problems.append(f"greedy with eos_id={eos}, a token some rows reach before others: a row that has emitted "
-                            "it must go on with eos_id while the others continue, and generation stop when every "
-                            f"row has (shape {tuple(ended.shape)}, expected {tuple(expected.shape)})")
+                            "it must keep emitting eos_id (be held at EOS) while the others continue, and generation "
+                            f"stop when every row has (shape {tuple(ended.shape)}, expected {tuple(expected.shape)})")
     if greedy.shape != want.shape or not torch.equal(greedy, want):
         problems.append("greedy output differs from the full-recompute greedy continuation")
     else:

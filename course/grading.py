@@ -130,8 +130,8 @@ def assert_detector(detect: Callable[[object], bool], healthy: dict[str, object]
     True on all broken ones. Both dicts must be non-empty, so a constant answer cannot pass.
     ``detect`` must return a bool (``True``/``False``, numpy and torch bools included). It runs
     apart, where no answer exists (``course.isolation.run_apart``), with the package functions in
-    ``off`` and their private helpers switched off; the first exception it raised (in the order
-    of the cases) is raised here again."""
+    ``off`` and their private helpers switched off; the first exception it raised (broken cases
+    first, then healthy ones, each in their dict's order) is raised here again."""
     from .isolation import run_apart
 
     if not healthy or not broken:

@@ -7,35 +7,41 @@ collector, the caller's frame, a closure's cells, the test cell's own source in 
 So a test never calls a learner's ``detect`` / ``name_cause`` / ``fix`` in the kernel itself.
 ``run_apart(fn, cases)`` forks the kernel and, in the child, before any learner code runs:
 
-1. **forgets every answer**: the draw registry of ``course.mystery`` and the capstone's caches are
-   emptied, the globals the running test cell assigned (its expected answers, its labelled draws)
-   are deleted, IPython's input and output history (the test cell's source, with its hidden bug
-   names and salts) and the kernel's copy of the request are blanked, ``sys.last_*`` cleared;
-2. **switches off** the package functions the test names and every private helper they call, for
-   good (the child is thrown away);
-3. **seals introspection** with an audit hook, which cannot be removed (``Sealed``): the garbage
-   collector's object walks, other threads' frames, tracing and profiling hooks, ``ctypes``,
-   reading ``/proc``, history databases, new processes and replacing a function's code are
-   refused to everyone; a frame (``sys._getframe``, a traceback's, generator's or coroutine's
-   frame) is refused to a notebook's code, and a frame of a notebook or inside a mystery part to
-   everyone. A part of a mystery pipeline keeps its function inside a suspended generator
-   (``course.mystery.Part``), which only those routes could open;
+1. **forgets the answers**: the draw registry of ``course.mystery`` and the capstone's caches are
+   emptied; the data the running test cell assigned at its top level (its expected answers, its
+   labelled draws; the functions it defines stay, with their closures) is deleted; IPython's input
+   and output history, the source cache (``linecache``: the test cell's source, with its hidden bug
+   names and salts) and the kernel's copy of the request are blanked; ``sys.last_*`` cleared; every
+   Python signal handler is reset (a handler runs on the frames of the test);
+2. **switches off** the package functions the test names for good (the child is thrown away), and
+   their private helpers and private copies (``private_helpers``: same-module ``_`` functions they
+   reach by name) for the notebook: those still answer the package's own code;
+3. **seals introspection** with an audit hook, which cannot be removed and whose rules live in its
+   own closure (``_make_hook``): the garbage collector's walks, other threads' frames, tracing,
+   ``ctypes``, ``/proc``, IPython's history database, new processes, links and renames, and
+   replacing a function's code are refused to everyone; a frame inside a mystery part (or below
+   one) is refused to everyone, a library's helper too; any frame is refused to a notebook's code;
+   a part keeps its function as a local of a suspended generator (``course.mystery.Part``), and
+   that generator cannot be opened;
 4. runs the calls in a fresh thread (whose stack holds none of the test's frames), in an order
-   shuffled from ``os.urandom``, so the position of a call says nothing either.
+   shuffled from ``os.urandom``, each from the same random state, so the position of a call says
+   nothing.
 
-Only plain data comes back, as JSON over a pipe, with a random token the child's learner code cannot
-read (so it cannot write a result of its own): a bool, a string, a fix's pipeline as "kept field"
-/ reference by module and name / setting value, or the exception a call raised (its type and
-message). What the learner's code printed comes back too and is printed, on stdout (a warning never
-costs the cell).
+Only plain data comes back, as JSON over a pipe, with a random token that no learner code can reach
+(it lives on the main thread's stack, and no route there is open): a bool, a string, a fix's
+signature, or the exception a call raised (its type, message, and the names and lines of the
+notebook's own functions it passed). What the learner's code printed comes back too and is printed
+on stdout (a warning never costs the cell).
 
-Limits, stated plainly. Learner code that runs *outside* a graded call (an ordinary cell) is not
-isolated: it can read the answers of the notebook's visible draws, which is why every graded cell
-also grades fresh draws made inside the test cell with a salt the learner never sees. A function
-rebuilt before the test from a copy of a package function's code object escapes the switch-off.
-Code compiled under a library's file name passes for library code, and a callback that a part calls
-(a learner's own object handed to a part) can walk the stack through a library helper that returns
-frames it found itself (``traceback.walk_stack``): that shows the bug's code, not a stored answer.
+Limits, stated plainly. Learner code that runs *outside* a graded call (an ordinary cell, or a
+part of a fix that the test trains in the kernel) is not isolated: it can read the answers of the
+notebook's visible draws, which is why every graded cell also grades fresh draws made inside the
+test cell with a salt the learner never sees. What the kernel runs during a test cell (the draws
+it makes) is trusted only as far as the grading guard checks it: a spy planted in a class of the
+standard library before the test, which the guard does not restore, sees the seeds the draws are
+made from. A function rebuilt before the test from a copy of a package function's code object
+escapes the switch-off; code compiled under a library's file name passes for library code; raw
+memory read through a buffer protocol (numpy's array interface at an address) is not audited.
 Where ``os.fork`` does not exist (Windows), ``run_apart`` calls in-process and says so once.
 """
 
@@ -75,11 +81,11 @@ DENIED_EVENTS = frozenset({
     "sys._current_frames", "sys._current_exceptions",
     "sys.settrace", "sys.setprofile", "sys.addaudithook", "sys.monitoring.register_callback",
     "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
-    "subprocess.Popen", "pty.spawn", "sqlite3.connect", "sqlite3.connect/handle",
+    "os.link", "os.symlink", "os.rename", "subprocess.Popen", "pty.spawn",
+    "sqlite3.connect", "sqlite3.connect/handle",
 })
 DENIED_PREFIXES = ("ctypes.", "cffi.")
-# Attribute reads that CPython audits, each of which hands out a frame or a frame's code: refused
-# when code outside the libraries (a notebook's) reads them.
+# Attribute reads that CPython audits, each of which hands out a frame or a frame's code.
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame",
                               "ag_code", "f_code"})
 _COURSE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -94,60 +100,98 @@ class Sealed(PermissionError):
     """Raised, in a graded call's process, by an introspection route that could reach the answer."""
 
 
-def _library(filename: str) -> bool:
-    return filename.startswith(_LIBRARY_DIRS) or filename.startswith(_COURSE_DIR) or filename.startswith("<frozen ")
-
-
-def _denies(event: str, args: tuple, caller) -> str | None:
-    """Why ``event`` is refused in a sealed process, or None. ``caller``: the frame that raised it."""
-    if event in DENIED_EVENTS or event.startswith(DENIED_PREFIXES):
-        return event
-    if event == "sys._getframe":
-        # library code may look at library frames (namedtuple, typing, warnings do); nobody gets
-        # a notebook's frame (the way up a call stack) or a frame inside a mystery part
-        frame = args[0] if args else None
-        name = frame.f_code.co_filename if frame is not None else ""
-        if not _library(name) or name.startswith(_SEALED_FILES):
-            return "sys._getframe"
-        return None
-    if event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRIBUTES:
-        if caller is None or not _library(caller.f_code.co_filename):
-            return f"reading .{args[1]}"
-        return None
-    if event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__":
-        return "replacing a function's __code__"
-    if event == "open" and args and _isinstance(args[0], (str, bytes)):
-        path = os.fsdecode(args[0])
-        if path.startswith("/proc/") or path.endswith((".sqlite", ".sqlite-journal")):
-            return f"opening {path}"
-    return None
-
-
 def _make_hook():
-    state = [False, False]  # [sealed, inside the hook]; only the hook (no Python object) holds it
+    """The seal: an audit hook that, once ``course.isolation.seal`` is raised, refuses
+
+    * every event of ``DENIED_EVENTS`` and ``DENIED_PREFIXES``, to anyone;
+    * a frame whose own code, or the code of any frame above it, is inside a mystery part
+      (``_SEALED_FILES``): by ``sys._getframe``, a traceback's ``tb_frame`` or a generator's
+      ``gi_frame``, to anyone (a library's helper too: ``inspect.getgeneratorlocals``,
+      ``traceback.walk_stack``), and a part's generator itself (``gi_frame``, ``gi_code``);
+    * any frame to a notebook's code (code outside the installed libraries and ``course``);
+    * replacing a function's ``__code__``; opening anything under ``/proc`` or IPython's profile
+      folder (its history database), or any ``*.sqlite`` file.
+
+    Everything it uses is bound here, in the hook's own closure: rebinding the module's names
+    later changes nothing. Only the hook (which no Python object references) holds its state."""
+    sealed, inside = [False], [False]
+    denied, prefixes, frame_attrs = DENIED_EVENTS, DENIED_PREFIXES, FRAME_ATTRIBUTES
+    libraries, course_dir, sealed_files = _LIBRARY_DIRS, _COURSE_DIR, _SEALED_FILES
+    getframe, isinstance_, str_, bytes_ = sys._getframe, isinstance, str, bytes
+    fsdecode, abspath, realpath, normpath = os.fsdecode, os.path.abspath, os.path.realpath, os.path.normpath
+    frame_type, traceback_type, generator_type = types.FrameType, types.TracebackType, types.GeneratorType
+    holder_codes = set()
+    ipython_dir = realpath(os.path.expanduser("~/.ipython")) + os.sep
+    message = "{} is not allowed while your answer is graded: test the pipeline's behaviour instead"
+    debugger = ("{} is not allowed while your answer is graded (a debugger or tracer does not run "
+                "inside a graded call): call your function in a cell of its own to debug it")
+
+    def library(filename) -> bool:
+        return filename.startswith(libraries) or filename.startswith(course_dir) or filename.startswith("<frozen ")
+
+    def chain_sealed(frame) -> bool:
+        while frame is not None:
+            if frame.f_code.co_filename.startswith(sealed_files):
+                return True
+            frame = frame.f_back
+        return False
+
+    def why(event, args):
+        if event in denied or event.startswith(prefixes):
+            return debugger.format(event) if event in ("sys.settrace", "sys.setprofile") else message.format(event)
+        if event == "sys._getframe":
+            frame = args[0] if args else None
+            if frame is None:
+                return None
+            if not library(frame.f_code.co_filename) or chain_sealed(frame):
+                return message.format("sys._getframe")
+            return None
+        if event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs:
+            obj, attr = args[0], args[1]
+            if isinstance_(obj, generator_type) and obj.gi_code in holder_codes:
+                return message.format(f"opening a mystery part (.{attr})")
+            frame = obj if isinstance_(obj, frame_type) else \
+                obj.tb_frame if isinstance_(obj, traceback_type) else \
+                obj.gi_frame if isinstance_(obj, generator_type) else None
+            if frame is not None and chain_sealed(frame):
+                return message.format(f"reading .{attr} inside a mystery part")
+            caller = getframe(2)
+            if caller is None or not library(caller.f_code.co_filename):
+                return message.format(f"reading .{attr}")
+            return None
+        if event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__":
+            return message.format("replacing a function's __code__")
+        if event == "open" and args and isinstance_(args[0], (str_, bytes_)):
+            path = fsdecode(args[0])
+            full = realpath(normpath(abspath(path)))
+            if normpath(abspath(path)).startswith("/proc/") or full.startswith("/proc/") \
+                    or full.startswith(ipython_dir) or full.endswith((".sqlite", ".sqlite-journal")):
+                return message.format(f"opening {path}")
+        return None
 
     def hook(event, args):
         if event == "course.isolation.seal":
-            state[0] = True
+            holder_codes.update(code for code in args if code is not None)
+            sealed[0] = True
             return
-        if not state[0] or state[1]:
+        if not sealed[0] or inside[0]:
             return
-        state[1] = True
+        inside[0] = True
         try:
-            why = _denies(event, args, _getframe(1))
+            refused = why(event, args)
         finally:
-            state[1] = False
-        if why is not None:
-            raise Sealed(f"{why} is not allowed while your answer is graded: test the pipeline's behaviour instead")
+            inside[0] = False
+        if refused is not None:
+            raise Sealed(refused)
     return hook
 
 
 def seal() -> None:
-    """Refuse every route in ``DENIED_EVENTS`` for the rest of this process (one way: nothing
-    unseals). Raises RuntimeError if the seal is not in force afterwards (another audit hook
-    refused ours)."""
+    """Refuse the routes of ``_make_hook`` for the rest of this process (one way: nothing unseals).
+    Raises RuntimeError if the seal is not in force afterwards (another audit hook refused ours)."""
+    mystery = sys.modules.get("course.mystery")
     _addaudithook(_make_hook())
-    sys.audit("course.isolation.seal")
+    sys.audit("course.isolation.seal", getattr(mystery, "_HOLDER_CODE", None), _library_only.__code__)
     try:
         gc.get_referrers(seal)
     except Sealed:
@@ -189,6 +233,11 @@ def _forget_ipython(user_ns: dict | None) -> None:
     shell = get_ipython()
     if shell is None:
         return
+    import linecache
+    linecache.cache.clear()  # IPython registers every cell's source here, the running test's too
+    filename_map = _getattr(_getattr(shell, "compile", None), "_filename_map", None)
+    if _isinstance(filename_map, dict):
+        filename_map.clear()
     hm = _getattr(shell, "history_manager", None)
     if hm is not None:
         for name in ("input_hist_parsed", "input_hist_raw", "db_input_cache", "db_output_cache"):
@@ -229,6 +278,36 @@ def _forget_ipython(user_ns: dict | None) -> None:
             kernel._shell_context = contextvars.Context()
         except Exception:
             pass
+
+
+def _reset_signals() -> None:
+    for number in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(number)):
+                signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError, TypeError):
+            pass
+
+
+_warmed = [False]
+
+
+def _warm_up() -> None:
+    """Run what torch imports lazily on a first optimizer step (``torch._dynamo``, ...) once in the
+    kernel, so a graded call's process never imports it from inside a mystery part, where a
+    library's own look at its caller's frame is refused."""
+    if _warmed[0]:
+        return
+    _warmed[0] = True
+    try:
+        import torch
+        p = torch.nn.Parameter(torch.zeros(1))
+        for opt in (torch.optim.AdamW([p], lr=0.0), torch.optim.SGD([p], lr=0.0)):
+            p.grad = torch.zeros(1)
+            opt.step()
+        torch.nn.utils.clip_grad_norm_([p], 1.0)
+    except Exception:  # noqa: BLE001 - warming up is an optimisation, never a failure
+        pass
 
 
 # ----- switching off, for good, in the child --------------------------------------------------------
@@ -351,7 +430,26 @@ def _describe_error(err: BaseException, rejects: tuple) -> dict:
         "switched-off" if _isinstance(err, SwitchedOff) else \
         "sealed" if _isinstance(err, Sealed) else \
         "rejected" if rejects and _isinstance(err, rejects) else "error"
-    return {"error": kind, "type": _type(err).__name__, "message": str(err)[:2000]}
+    text = str(err.args[0]) if _type(err) is KeyError and len(err.args) == 1 else str(err)
+    where = _notebook_frames(err)
+    if where and kind in ("error", "sealed", "switched-off"):
+        text += f" (raised in your code at {where})"
+    return {"error": kind, "type": _type(err).__name__, "message": text[:2000]}
+
+
+def _notebook_frames(err: BaseException) -> str:
+    """Where in the notebook's own code ``err`` passed: "detect line 4, helper line 2" (the cells'
+    functions and line numbers; no library frames, no source, which the child has forgotten)."""
+    import traceback
+    out = []
+    try:
+        for frame, lineno in traceback.walk_tb(err.__traceback__):
+            code = frame.f_code
+            if not (code.co_filename.startswith(_LIBRARY_DIRS) or code.co_filename.startswith(_COURSE_DIR)):
+                out.append(f"{code.co_name} line {lineno}")
+    except Exception:  # noqa: BLE001
+        return ""
+    return ", ".join(out[-4:])
 
 
 def _raise_error(info: dict) -> None:
@@ -400,6 +498,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
     answering (the message says how)."""
     cases = list(cases)
     off = tuple(off)
+    _warm_up()
     if _fork is None:
         if not _warned_no_fork[0]:
             print("[grading] no os.fork here: graded calls run in this process, not isolated")
@@ -431,6 +530,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             sys.stdout = sys.stderr = stream
             _forget(user_ns, frame)
             del frame
+            _reset_signals()  # a handler planted by the notebook would run on this thread's frames
             _switch_off_for_good(off)
             seal()
             # each case under a random slot, in the order of the slots: the worker thread (whose

@@ -32,7 +32,6 @@ behavioural check (train it on fresh seeds, look at the symptom).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import math
@@ -41,6 +40,7 @@ import sys
 import types
 import weakref
 from dataclasses import dataclass
+from inspect import signature as _signature
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -57,22 +57,27 @@ class NotOpaque(ValueError):
     """The bug changes a setting that ``draw`` cannot move into a part."""
 
 
-_DEEPCOPY = object()
-
-
 def _holder(fn: Callable):
     """A suspended generator that calls ``fn`` with what it is sent: the only reference to ``fn``
     is a local of its frame, which CPython hands out only through audited routes (``gi_frame``,
-    the garbage collector), the routes a graded call's process refuses (``course.isolation``)."""
+    the garbage collector), the routes a graded call's process refuses (``course.isolation``).
+    Arguments that do not fit ``fn`` raise one TypeError that names no function."""
+    try:
+        bind = _signature(fn).bind
+    except (TypeError, ValueError):
+        bind = None
     request = yield
     while True:
         args, kwargs = request
         del request
         try:
-            if args is _DEEPCOPY:  # a deep copy of the part: a part holding a deep copy of fn
-                answer = (True, Part(copy.deepcopy(fn, kwargs)))
-            else:
-                answer = (True, fn(*args, **kwargs))
+            if bind is not None:
+                try:
+                    bind(*args, **kwargs)
+                except TypeError:
+                    raise TypeError("this part was called with arguments it does not take: see the "
+                                    "Pipeline field's documentation for its signature") from None
+            answer = (True, fn(*args, **kwargs))
         except BaseException as err:  # noqa: BLE001  (handed to the caller, with no trace inside)
             answer = (False, err.with_traceback(None))
         del args, kwargs
@@ -80,13 +85,17 @@ def _holder(fn: Callable):
         answer = None
 
 
+_HOLDER_CODE = _holder.__code__
+
+
 class Part:
     """A part of a mystery pipeline: calls the function it holds, and says nothing about it.
 
-    The function is kept inside a suspended generator (``_holder``), not in an attribute, and an
-    exception from it comes out with no traceback of the part's insides: what a part does is
-    found by calling it. A part is not re-entrant (a part whose function calls the same part
-    raises ValueError); no pipeline part does."""
+    The function is kept inside a suspended generator (``_holder``), not in an attribute; an
+    exception from it comes out with no traceback of the part's insides, and arguments that do not
+    fit raise one TypeError that names no function: what a part does is found by calling it. A
+    part is immutable, so a copy or a deep copy is the same part. It is not re-entrant (a part
+    whose function calls the same part raises ValueError); no pipeline part does."""
 
     __slots__ = ("__gen",)
 
@@ -105,14 +114,10 @@ class Part:
         return "<part>"
 
     def __copy__(self):
-        return self  # a part is a function: a copy is the same part
+        return self
 
     def __deepcopy__(self, memo):
-        # the function too (a part bound to a model, like an attention mask, follows the copy)
-        ok, value = self.__gen.send((_DEEPCOPY, memo))
-        if ok:
-            return value
-        raise value
+        return self
 
     def __reduce__(self):
         raise TypeError("a mystery part cannot be pickled")
@@ -168,7 +173,7 @@ def _mask_as(kind: str, T: int, S: int, device=None) -> torch.Tensor:
     return attention_mask(kind, T, S, device)
 
 
-def _positions_as(model: TinyGPT, use: bool, x: torch.Tensor, start: int) -> torch.Tensor:
+def _positions_as(use: bool, model: TinyGPT, x: torch.Tensor, start: int) -> torch.Tensor:
     if not use:
         return x
     return x + model.pos(torch.arange(start, start + x.shape[1], device=x.device))
@@ -188,8 +193,25 @@ class _Rewire:
             if isinstance(m, Attention):
                 m.mask = Part(functools.partial(_mask_as, self.attention))
             if isinstance(m, TinyGPT):
-                m.add_positions = Part(functools.partial(_positions_as, m, self.use_positions))
+                m.add_positions = _OnModel(Part(functools.partial(_positions_as, self.use_positions)), m)
         return model
+
+
+class _OnModel:
+    """A part that a model calls as its own method: ``part(model, *args)``. The model is held here,
+    outside the part, so a deep copy of the model (``copy.deepcopy``) gives the copy its own
+    binding while the part itself, which never holds the model, is shared."""
+
+    __slots__ = ("part", "model")
+
+    def __init__(self, part: "Part", model):
+        self.part, self.model = part, model
+
+    def __call__(self, *args, **kwargs):
+        return self.part(self.model, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return "<part>"
 
 
 _MODEL_FIELDS_MOVABLE = ("attention", "use_positions")
@@ -243,7 +265,17 @@ class _Secret:
     config: dict
 
 
-_SECRETS: "weakref.WeakKeyDictionary[Pipeline, _Secret]" = weakref.WeakKeyDictionary()
+# id(pipe) -> (a weak reference to pipe, its secret). A plain dict and weakref.ref bound here, at
+# import (the grading kernel imports course before any submitted code): no method that a submission
+# could patch beforehand (a WeakKeyDictionary's are) sees an answer go in.
+_SECRETS: dict = {}
+_ref = weakref.ref
+_pop = _SECRETS.pop
+
+
+def _store(pipe, secret) -> None:
+    key = id(pipe)
+    _SECRETS[key] = (_ref(pipe, lambda _, key=key: _pop(key, None)), secret)
 
 
 def _config(base: Pipeline, rng: random.Random) -> dict:
@@ -278,7 +310,7 @@ def make(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -
     healthy = base.replace(**config)
     broken = healthy if answer == HEALTHY else inject(healthy, answer)
     pipe, touched_fields = _opaque(healthy, broken)
-    _SECRETS[pipe] = _Secret(answer, touched_fields, config)
+    _store(pipe, _Secret(answer, touched_fields, config))
     return pipe
 
 
@@ -298,10 +330,10 @@ def touched(pipe: Pipeline) -> tuple[str, ...]:
 
 
 def _secret(pipe: Pipeline) -> _Secret:
-    try:
-        return _SECRETS[pipe]
-    except (KeyError, TypeError):
-        raise KeyError("this pipeline was not made by course.mystery.draw") from None
+    entry = _SECRETS.get(id(pipe))
+    if entry is None or entry[0]() is not pipe:
+        raise KeyError("this pipeline was not made by course.mystery.draw")
+    return entry[1]
 
 
 def signature(pipe: Pipeline) -> tuple:
@@ -342,8 +374,10 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
     off: what comes back is its result's ``fix_signature`` (which fields it changed, and to what kind
     of value). The fixed pipeline itself cannot cross a process (a part may wrap the original parts,
     or close over values), so ``fix`` runs once more here, from the same random state, with the
-    same functions switched off, and its result must have the same signature: a fix that chooses
-    differently where the answer can be read fails."""
+    listed functions switched off and the draw registry emptied, and its result must have the same
+    signature: a fix that changes other fields, or to other kinds of value, fails. What a new value
+    carries (a closure's cells, defaults, attributes) is not compared; the re-run runs in the
+    kernel, which still holds the test cell's source."""
     from .grading import captured_warnings, switched_off
     from .isolation import rng_state, run_apart, set_rng_state
 
@@ -356,12 +390,18 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
     for i, (pipe, outcome) in enumerate(zip(pipes, decided)):
         apart = outcome.get()
         set_rng_state(state)
-        with captured_warnings(), switched_off(*off):
-            fixed = fix(pipe)
+        hidden = dict(_SECRETS)
+        _SECRETS.clear()  # the re-run cannot read the answer here either
+        try:
+            with captured_warnings(), switched_off(*off):
+                fixed = fix(pipe)
+        finally:
+            _SECRETS.update(hidden)
         problems = []
         if fix_signature(pipe, fixed) != apart:
-            problems.append("your fix chose differently in the kernel than where it was graded apart; "
-                            "a fix must depend only on the pipeline it is given")
+            problems.append("your fix chose differently in the kernel than in the copy of the kernel "
+                            "where it was graded; a fix must depend only on the pipeline it is given (not on "
+                            "counters, caches, the time or os.urandom)")
         elif not isinstance(fixed, Pipeline):
             problems.append(f"a fix must return a Pipeline (pipe.replace(part=...)), not {type(fixed).__name__}")
         else:

@@ -23,12 +23,14 @@ class Diagnosis:
     def problems(self) -> list[str]:
         """What keeps the record from being an investigation, as sentences (empty: none found).
 
-        * every field filled in, each with words (at least two words of two or more letters in the
-          symptom, the test, the prediction and each hypothesis: ``"x"`` is not a symptom);
+        * every field filled in; the symptom, the test, the prediction and each hypothesis in words
+          (at least two words of two or more letters: ``"x"`` is not a symptom; the result may be
+          a single name);
         * at least two different hypotheses;
         * the fields refer to each other: the prediction shares a word with a hypothesis (it says
           what the test shows under it), and the test shares one with the prediction or a hypothesis.
-          Words are compared by their first four letters, case aside ("checks" meets "check").
+          Only words of four or more letters count, compared by their first four letters, case aside
+          ("checks" meets "check"; "LR" and "NaN" never match, and common words like "with" do).
 
         These are checks of form: a record can pass them and still be wrong, and one written in
         other words than the solution's passes as long as its parts refer to each other."""

@@ -5,7 +5,8 @@ graded functions with an answer that does no work, each by another route:
 
 * ``detect`` reads the answer from the package's private registry (``mystery._SECRETS``);
 * ``name_cause`` reads the function inside one of the pipeline's parts and compares it with the
-  reference (``_Part__fn`` and, where that is gone, the generator that holds it);
+  reference (``_Part__fn`` and, where that is gone, the generator that holds it, through
+  ``inspect.getgeneratorlocals``);
 * ``fix`` walks the garbage collector to the registry and replaces the fields the bug touched;
 * where a notebook has one, a private helper of a switched-off package check does the detector's
   work (``PRIVATE``).
@@ -25,7 +26,7 @@ READS_REGISTRY = '''
 
 def detect(pipe, *args, **kwargs):  # work-free: the registry
     from course import mystery
-    return mystery._SECRETS[pipe].answer != "healthy"
+    return mystery._SECRETS[id(pipe)][1].answer != "healthy"
 '''
 
 READS_PART = '''
@@ -36,8 +37,9 @@ def name_cause(pipe, *args, **kwargs):  # work-free: the function inside a part
     for field in course.pipeline.PARTS:
         part = getattr(pipe, field)
         inner = getattr(part, "_Part__fn", None)
-        if inner is None:
-            inner = part._Part__gen.gi_frame.f_locals["fn"]
+        if inner is None:  # the generator that holds it, opened by a library's helper
+            import inspect
+            inner = inspect.getgeneratorlocals(part._Part__gen)["fn"]
         if inner is not getattr(reference, field):
             return field
     return "healthy"
@@ -49,8 +51,8 @@ def fix(pipe, *args, **kwargs):  # work-free: the garbage collector to the regis
     import gc
     from course import Pipeline
     for o in gc.get_objects():
-        if type(o).__name__ == "WeakKeyDictionary" and pipe in o:
-            return pipe.replace(**{f: getattr(Pipeline(), f) for f in o[pipe].touched})
+        if isinstance(o, dict) and isinstance(o.get(id(pipe)), tuple) and len(o[id(pipe)]) == 2:
+            return pipe.replace(**{f: getattr(Pipeline(), f) for f in o[id(pipe)][1].touched})
     return pipe
 '''
 

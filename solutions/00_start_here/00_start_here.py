@@ -34,9 +34,10 @@
 # never) scores nothing. While your code is graded, the package functions that would do the exercise
 # for you (here `course.checks.update_report` and `course.checks.training_moves`, their private
 # helpers, and the functions that draw and reveal mysteries) are switched off: call them and the test
-# fails. Each graded call of your function runs in a copy of the kernel that holds no answer (the
-# mystery's bug, the test's expected values): your code can test the pipeline it is given, and nothing
-# else is there to read. A warning your code triggers is printed, never held against you. Do not delete or edit the test cells. Before you submit, press *Validate* in the
+# fails. Each graded call of your function runs in a copy of the kernel from which the mystery's
+# answer and the test's expected values have been removed: test the pipeline you are given. (To
+# debug your function, call it in a cell of its own: a debugger does not run inside a graded call.)
+# A warning your code triggers is printed, never held against you. Do not delete or edit the test cells. Before you submit, press *Validate* in the
 # notebook's toolbar: it saves the notebook, runs it from the top and lists every test cell that fails.
 
 # %% [markdown]

@@ -599,8 +599,8 @@ _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 # cursor are given; write the optimizer and scheduler part. Graded by behaviour on fresh draws of
 # stale-resume pipelines: trained on a fresh seed, split with a save and resume, the run must equal
 # the unbroken run (to 1e-6); resumed with a new learning rate and weight decay, the used rates must
-# be the new configuration's schedule and the run (its losses, and its parameter norms to a relative
-# 1e-6) that of a correct resume. `checkpoint.restore_state`
+# be the new configuration's schedule and the run that of a correct resume (its losses to 1e-4, its
+# parameter norms to a relative 1e-6). `checkpoint.restore_state`
 # and the package's resume helpers are switched off while your restore runs.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}

@@ -531,8 +531,9 @@ _assert_names(name_cause, _cases, "bug name (fresh draws)", off=_OFF)
 # Graded by behaviour on fresh draws of generator bugs (ones you ran and ones you did not): only the
 # `generate` part may change; with a freshly trained model, greedy output must equal the
 # full-recompute greedy continuation on fresh prompts, sampled frequencies must follow
-# `softmax(logits / T)` (top-k too), and samples at T = 0.7 must score under the true chain like a
-# correct generator's. `G.generate`, `G.sample_next`, `G.greedy_recompute` and the checks above are
+# `softmax(logits / T)` (top-k too), samples at T = 0.7 must score under the true chain like a
+# correct generator's, and with an `eos_id` that some rows reach before others, finished rows must be
+# held at EOS while the rest go on. `G.generate`, `G.sample_next`, `G.greedy_recompute` and the checks above are
 # switched off while your generator runs. The argument check, the generator `g`, the cache and the
 # return are written for you; the prefill and the loop are yours.
 
