@@ -289,6 +289,28 @@ def _reset_signals() -> None:
             pass
 
 
+class _NoStacks:
+    """Stands in for ``traceback`` in torch's device modules (``torch.cuda``, ``torch.xpu``): there, every ``torch.manual_seed`` on a machine
+    whose CUDA is not initialised keeps ``traceback.format_stack()`` (for an error message should a
+    lazy CUDA call fail later). Called inside a mystery part, that walk would pass the part's frames
+    (refused by the seal) and keep their file and function names where any code can read them."""
+
+    @staticmethod
+    def format_stack(*args, **kwargs):
+        return []
+
+    def __getattr__(self, name):
+        import traceback
+        return getattr(traceback, name)
+
+
+def _quiet_torch_stacks() -> None:
+    for name, module in list(sys.modules.items()):  # torch.cuda, torch.xpu, ...: each has its _lazy_call
+        if name.startswith("torch.") and module is not None and "_lazy_call" in vars(module) \
+                and "traceback" in vars(module):
+            module.traceback = _NoStacks()
+
+
 _warmed = [False]
 
 
@@ -531,6 +553,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             _forget(user_ns, frame)
             del frame
             _reset_signals()  # a handler planted by the notebook would run on this thread's frames
+            _quiet_torch_stacks()
             _switch_off_for_good(off)
             seal()
             # each case under a random slot, in the order of the slots: the worker thread (whose
