@@ -309,6 +309,15 @@ def _quiet_torch_stacks() -> None:
         if name.startswith("torch.") and module is not None and "_lazy_call" in vars(module) \
                 and "traceback" in vars(module):
             module.traceback = _NoStacks()
+            tracker = vars(module).get("_lazy_seed_tracker")
+            if tracker is not None:  # the kernel's last stacks, kept before the fork
+                try:
+                    module._lazy_seed_tracker = type(tracker)()
+                except Exception:  # noqa: BLE001
+                    pass
+            queued = vars(module).get("_queued_calls")
+            if isinstance(queued, list):
+                queued.clear()
 
 
 _warmed = [False]
