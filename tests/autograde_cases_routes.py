@@ -146,7 +146,13 @@ def _cases() -> list:
             edits[cause] = READS_PART
             replaced.add("name_cause")
         tag = assignment[:2]
-        out.append(Case(assignment, f"routes_{tag}_registry_part_gc", _append(assignment, edits),
+        student, extra = f"routes_{tag}_registry_part_gc", {}
+        if assignment == "11_capstone":  # graded under its own id: pick one that draws the solution's bug
+            from course import capstone
+            student = next(f"routes_11_{i}" for i in range(10_000)
+                           if capstone._choice(f"routes_11_{i}")[:2] == capstone._choice("solution")[:2])
+            extra = {"my_name": f'MY_NAME = "{student}"\n'}
+        out.append(Case(assignment, student, {**_append(assignment, edits), **extra},
                         lost_cells(assignment, replaced)))
         if assignment in PRIVATE:
             out.append(Case(assignment, f"routes_{tag}_private_helper", _append(assignment, {detect: PRIVATE[assignment]}),
