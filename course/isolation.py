@@ -48,7 +48,6 @@ Where ``os.fork`` does not exist (Windows), ``run_apart`` calls in-process and s
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import dis
 import gc
 import io

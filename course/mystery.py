@@ -46,7 +46,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from .bugs import inject
-from .model import Attention, ModelConfig, TinyGPT, attention_mask
+from .model import Attention, TinyGPT, attention_mask
 from .pipeline import PARTS, Pipeline, _windows
 
 HEALTHY = "healthy"

@@ -219,8 +219,6 @@ def test_a_fix_that_chooses_by_the_answer_where_it_can_fails(draws):
 
 
 def test_a_fix_that_differs_in_the_kernel_fails(draws):
-    import course.pipeline
-    import os
     parent = os.getpid()
 
     def two_faced(p):  # a fix whose choice depends on where it runs
