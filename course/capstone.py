@@ -23,11 +23,15 @@ from a classmate is graded against the copier's own draw.
   ``grading_draws``.
 
 Limits. The families' bases differ in their fixed settings (steps, training-set size, batch size,
-model), so the *family* can be read off a draw's settings by someone who compares them with the
-notebooks; within a family every bug and the healthy draw share the base, so nothing static tells
-the bug (``course.mystery.signature`` is equal). Outside a test cell, nothing stops a learner from
-calling ``summary_row`` on their own name (as with ``course.mystery.reveal`` in every notebook):
-grading computes the draw itself and tests behaviour, which a looked-up name does not provide.
+model), so the *family* can be read off a draw's settings by someone who compares them with
+``FAMILIES``; within a family every bug and the healthy draw share the base, so nothing static tells
+the bug (``course.mystery.signature`` is equal). More generally, the learner's own draw lives in
+their kernel, and anything their notebook runs at the top level can read a fixed fact about it (its
+family, through the settings or the registry). So no point rests on such a fact alone: the
+notebook's hidden family test also requires the learner's own ``detect`` to tell a fresh draw of the
+bug from a healthy draw of the same recipe, and every detector and fix is graded on fresh draws too,
+apart from the kernel (``course.isolation``). Outside a test cell, nothing stops a learner from
+calling ``summary_row`` on their own name (as with ``course.mystery.reveal`` in every notebook).
 """
 
 from __future__ import annotations

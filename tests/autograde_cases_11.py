@@ -77,6 +77,19 @@ _ALT_FIX = '''def fix(pipe):
 '''
 
 # ----- wrong and degenerate answers -----------------------------------------------------------------
+# The family of one's own draw is a fixed word anything in the kernel can read (here: off the
+# settings, which differ by family, at the top level). Its hidden points need the learner's detect
+# to back it, so each case below whose detect fails also loses test_diagnosis_hidden.
+_READS_SETTINGS = _ALT_DIAGNOSIS.replace('''def my_family():
+    return "resume"
+''', '''_BY_RECIPE = {capstone._recipe(f.base): f.name for f in capstone.FAMILIES.values()}
+_MINE = _BY_RECIPE[capstone._recipe(mine)]  # read off the settings, at the top level
+
+
+def my_family():
+    return _MINE
+''')
+assert _READS_SETTINGS != _ALT_DIAGNOSIS
 _ALWAYS = "def detect(pipe):\n    return True\n"
 _NEVER = "def detect(pipe):\n    return False\n"
 _FRESH = "from course import Pipeline\n\ndef fix(pipe):\n    return Pipeline()\n"
@@ -120,12 +133,15 @@ assert capstone._choice(_COPIED)[0] != capstone._choice("solution")[0]
 CASES = [
     Case(A, _ALT, {"my_name": _name(_ALT), "diagnosis": _ALT_DIAGNOSIS, "detect": _ALT_DETECT, "fix": _ALT_FIX},
          expect_lost=set(), alone=True),
-    Case(A, _ALWAYS_ID, {"my_name": _name(_ALWAYS_ID), "detect": _ALWAYS}, expect_lost={DETECT, DETECT_H}, alone=True),
-    Case(A, _NEVER_ID, {"my_name": _name(_NEVER_ID), "detect": _NEVER}, expect_lost={DETECT, DETECT_H}, alone=True),
+    Case(A, _ALWAYS_ID, {"my_name": _name(_ALWAYS_ID), "detect": _ALWAYS}, expect_lost={DIAG_H, DETECT, DETECT_H},
+         alone=True),
+    Case(A, _NEVER_ID, {"my_name": _name(_NEVER_ID), "diagnosis": _READS_SETTINGS, "detect": _NEVER},
+         expect_lost={DIAG_H, DETECT, DETECT_H}, alone=True),
     Case(A, _FRESH_ID, {"my_name": _name(_FRESH_ID), "fix": _FRESH}, expect_lost={FIX, FIX_H}, alone=True),
     Case(A, _NAIVE_ID, {"my_name": _name(_NAIVE_ID), "fix": _NAIVE_RESTORE}, expect_lost={FIX, FIX_H}, alone=True),
     Case(A, _FAMILY_ID, {"my_name": _name(_FAMILY_ID), "diagnosis": _WRONG_FAMILY}, expect_lost={DIAG_H}, alone=True),
     Case(A, _COPIED, {}, expect_lost={NAME_H, DIAG_H, DETECT, DETECT_H, FIX, FIX_H}, alone=True),
-    Case(A, _DELEGATES_ID, {"my_name": _name(_DELEGATES_ID), **_DELEGATES}, expect_lost={DETECT, DETECT_H, FIX, FIX_H},
+    Case(A, _DELEGATES_ID, {"my_name": _name(_DELEGATES_ID), **_DELEGATES},
+         expect_lost={DIAG_H, DETECT, DETECT_H, FIX, FIX_H},
          alone=True),
 ]

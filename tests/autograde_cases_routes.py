@@ -56,6 +56,19 @@ def fix(pipe, *args, **kwargs):  # work-free: the garbage collector to the regis
     return pipe
 '''
 
+# The capstone's family is one fixed word about the learner's own draw, which the kernel holds: read
+# from the registry at the top level (not inside a graded call), it is right. Its points need the
+# learner's detect as well (test_diagnosis_hidden), so with the work-free detect above they are lost.
+FAMILY_READS_REGISTRY = '''
+
+from course import capstone as _cap, mystery as _mys
+_READ = _cap.FAMILY_OF[_mys._SECRETS[id(mine)][1].answer]  # work-free: the registry, at the top level
+
+
+def my_family():
+    return _READ
+'''
+
 # notebook -> (answer cell of detect, of name_cause, of fix); None where the notebook has none
 CELLS = {
     "00_start_here": ("detect", "name_cause", "fix"),
@@ -151,7 +164,7 @@ def _cases() -> list:
             from course import capstone
             student = next(f"routes_11_{i}" for i in range(10_000)
                            if capstone._choice(f"routes_11_{i}")[:2] == capstone._choice("solution")[:2])
-            extra = {"my_name": f'MY_NAME = "{student}"\n'}
+            extra = {"my_name": f'MY_NAME = "{student}"\n', **_append(assignment, {"diagnosis": FAMILY_READS_REGISTRY})}
         out.append(Case(assignment, student, {**_append(assignment, edits), **extra},
                         lost_cells(assignment, replaced)))
         if assignment in PRIVATE:

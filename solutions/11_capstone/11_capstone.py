@@ -130,8 +130,9 @@ capstone.show(capstone.healthy_twin(mine))
 # competing `hypotheses`, the `test` that separates them, the `prediction` each hypothesis makes, the
 # `result`), and name the family of your draw: `my_family()` returns exactly one of the names printed
 # above. Put your experiments inside `my_diagnosis` so the record's result comes from them. Graded:
-# the record's form (`Diagnosis.problems()` empty) and a family from the list (visible test), and
-# the family of your own draw (hidden test).
+# the record's form (`Diagnosis.problems()` empty) and a family from the list (visible test), and,
+# after your test in section 2, the family of your own draw, counted when your `detect` backs it
+# (hidden test).
 
 # %% nbgrader={"grade": false, "grade_id": "diagnosis", "locked": false, "schema_version": 3, "solution": true}
 def my_diagnosis():
@@ -182,17 +183,6 @@ assert _record is not None, "my_diagnosis must return a course.record.Diagnosis"
 assert _record.problems() == [], f"the record is not yet a falsifiable investigation: {_record.problems()}"
 assert _family in _capstone.FAMILY_NAMES, f"my_family() must return one of {_capstone.FAMILY_NAMES}, not {_family!r}"
 
-# %% nbgrader={"grade": true, "grade_id": "test_diagnosis_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-# hidden tests run here
-### BEGIN HIDDEN TESTS
-from course import capstone as _capstone, identity as _identity
-from course.grading import graded_calls as _graded_calls
-
-_family = _graded_calls(lambda _: my_family(), [None], off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)[0]
-_theirs = _capstone.draw_for(_identity.identity(MY_NAME))  # the grader's draw, never the notebook's
-assert _family == _capstone.answer_family(_theirs), f"my_family() answered {_family!r}, which is not the family of your draw"
-### END HIDDEN TESTS
-
 # %% [markdown]
 # Your record, as the grader reads it:
 
@@ -242,6 +232,28 @@ _healthy, _broken = _capstone.grading_draws(_identity.identity(MY_NAME), salt="h
 _broken["your draw"] = _capstone.draw_for(_identity.identity(MY_NAME))
 _assert_detector(detect, _healthy, _broken, "detect (fresh draws of your bug, healthy draws)",
                  off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Your family, backed by your test.** The family of your own draw is one fixed word, and anything
+# your notebook runs can read your own draw, so a typed name alone proves no work. The hidden test
+# here gives the family's points only when the name is right *and* your `detect` tells a fresh draw
+# of your bug (other seeds and settings) from a healthy draw of the same recipe: the name counts when
+# your own test backs it.
+
+# %% nbgrader={"grade": true, "grade_id": "test_diagnosis_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# hidden tests run here
+### BEGIN HIDDEN TESTS
+from course import capstone as _capstone, identity as _identity
+from course.grading import assert_detector as _assert_detector, graded_calls as _graded_calls
+
+_OFF = _capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS
+_family = _graded_calls(lambda _: my_family(), [None], off=_OFF)[0]
+_theirs = _capstone.draw_for(_identity.identity(MY_NAME))  # the grader's draw, never the notebook's
+assert _family == _capstone.answer_family(_theirs), f"my_family() answered {_family!r}, which is not the family of your draw"
+_healthy, _broken = _capstone.grading_draws(_identity.identity(MY_NAME), salt="h-11-fam", n_broken=1, n_healthy=1)
+_assert_detector(detect, _healthy, _broken, "detect, which backs your family (a fresh draw of your bug, a healthy draw)",
+                 off=_OFF)
 ### END HIDDEN TESTS
 
 # %% [markdown]
