@@ -14,8 +14,9 @@
 #   evaluation) and find which phase a slowdown lives in, against a healthy baseline, phase by phase.
 # * A **synchronous checkpoint** delays its own step and not the steps after it: measured here.
 # * Saving a live `state_dict` from a background thread **races** with training: make the race happen
-#   on purpose (a `threading.Event`), see the checkpoint hold a mixture of steps, fix it with a copy
-#   taken at the step and prove the fixed checkpoint equal to that state bit for bit.
+#   on purpose (a `threading.Event`), see which step each saved piece comes from (a later step's
+#   tensors under the requested step's label, or two steps in one file), fix it with a copy taken at
+#   the step and prove the fixed checkpoint equal to that state bit for bit.
 # * Count **real tokens** (scored targets), not padded positions.
 # * Read a scheduled `torch.profiler` trace; count FLOPs with `FlopCounterMode` against the
 #   6·N·tokens rule; compute MFU with every convention stated; measure what instrumentation costs.
@@ -219,7 +220,10 @@ explorer
 # A race that shows up only sometimes teaches nothing, so `throughput.race` forces it: the saver's
 # thread waits on a `threading.Event` until the trainer has run 3 more steps, then writes. The
 # checkpoint is compared, tensor by tensor with `torch.equal`, with a deep copy of the state taken at
-# the requested step.
+# the requested step, and with deep copies taken after each later step, which say where each saved
+# tensor comes from (`from_step`: the number of updates of the state it equals). The learning rate is
+# a float in the optimizer's param group, which `optimizer.state_dict()` copies when it is called;
+# `lr_from` says which step's it is.
 #
 # **Predict.** With the live state dicts, how many of the checkpoint's tensors (parameters, Adam's
 # moments and step counts) will differ from the state at the requested step: none, a few, or all?
@@ -228,21 +232,49 @@ explorer
 prediction = None  # your guess: "none", "a few" or "all"
 
 # %% tags=["demo"]
+from collections import Counter
+
+
+def provenance(r):
+    """How many saved tensors of each part come from the state after how many updates."""
+    counts = Counter((name.split("/")[1], k) for name, k in r.from_step.items())
+    return ", ".join(f"{n} {part} tensors from step {k}" for (part, k), n in sorted(counts.items(), key=str)) + \
+        f"; the learning rate from step {r.lr_from}"
+
+
 live = throughput.race(BASE, throughput.live_state, save_at=4, steps_after=3)
 print(f"requested at step {live.step}, written {live.steps_after} steps later: "
       f"{len(live.differ)} of {live.compared} tensors differ, e.g. {live.differ[:3]}")
+print("where each saved piece comes from:", provenance(live))
 reveal("tensors that differ", prediction,
        "none" if not live.differ else "all" if len(live.differ) == live.compared else "a few")
 
 # %% [markdown]
-# Every tensor differs, the step counters too: the file is a coherent state of *no* step. Under a
-# real schedule it is worse, a mixture (the tensors serialised before an update from one step, those
-# after from another). The fix is a copy taken **at the step**, on the training thread, before it
-# goes on; the thread then owns tensors nothing else touches. `throughput.snapshot` deep-copies:
+# Every tensor differs, the step counters too, and the provenance line says how: every tensor in
+# the file is the state after step 7, written under the label of step 4, while the learning rate
+# beside them is step 4's. A resume from it would start from step 7's weights and moments, count
+# steps from 4 and replay steps 4 to 6's batches: wrong, and nothing in the file says so.
+#
+# A real asynchronous save can also leave a file with tensors from *two* steps: one that copies the
+# state lazily, part by part, and lets training go on before it has finished. `throughput.model_first`
+# is such a half-done copy: it copies the model's tensors at the step and hands the optimizer's state
+# over live.
+
+# %% tags=["demo"]
+half = throughput.race(BASE, throughput.model_first, save_at=4, steps_after=3)
+print(f"model copied at the step, optimizer live: {len(half.differ)} of {half.compared} tensors differ")
+print("where each saved piece comes from:", provenance(half))
+
+# %% [markdown]
+# The weights are step 4's and Adam's moments and step counts are step 7's: a mixture of steps that
+# no run ever passed through. The fix is a copy of **all** of it taken **at the step**, on the
+# training thread, before it goes on; the thread then owns tensors nothing else touches.
+# `throughput.snapshot` deep-copies:
 
 # %% tags=["demo"]
 copied = throughput.race(BASE, throughput.snapshot, save_at=4, steps_after=3)
 print(f"with a copy at the step: {len(copied.differ)} of {copied.compared} differ, bit-exact: {copied.exact}")
+print("where each saved piece comes from:", provenance(copied))
 
 # %% [markdown]
 # And the checkpoint does what a checkpoint is for: a run resumed from it continues **bit for bit**
