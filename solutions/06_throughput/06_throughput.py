@@ -12,7 +12,8 @@
 # **What you learn.**
 # * Time a training step in **phases** (data wait, forward, backward, optimizer, logging, checkpoint,
 #   evaluation) and find which phase a slowdown lives in, against a healthy baseline, phase by phase.
-# * A **synchronous checkpoint** delays its own step and not the steps after it: measured here.
+# * A **synchronous checkpoint** delays its own step. Here the slow disk is a sleep, so the steps
+#   after it are not slowed *by construction*; what a real save can leave behind is named, not measured.
 # * Saving a live `state_dict` from a background thread **races** with training: make the race happen
 #   on purpose (a `threading.Event`), see which step each saved piece comes from (a later step's
 #   tensors under the requested step's label, or two steps in one file), fix it with a copy taken at
@@ -166,11 +167,12 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## A synchronous checkpoint delays its own step, not the later ones
+# ## A synchronous checkpoint delays its own step
 #
-# A checkpoint written on the training thread every 8 steps, on the real clock (the slow disk is a
-# sleep of the modelled write time). After a save, training continues on the same thread with the
-# same tensors, so nothing should make the following steps slower.
+# A checkpoint saved on the training thread every 8 steps, on the real clock. It is a model
+# (`course.bugs.throughput.SyncCheckpoint`): `torch.save` serialises the state into a buffer in
+# memory, and the slow disk is a sleep of the modelled write time; no file is written, and the buffer
+# is freed when the save returns. So in this model the save can only cost its own step.
 #
 # **Predict.** The median time of the step right after each save, divided by the median of the
 # steps that neither save nor follow a save: about `1`, about `2`, or more?
@@ -193,12 +195,16 @@ print({k: f"{1e3 * v:.2f} ms" for k, v in med.items()}, f"saving / others: {med[
 reveal("step after a save / other steps", prediction, round(med["after"] / med["others"], 2))
 
 # %% [markdown]
-# The save costs its own step, several times a normal one. The step after it costs about what any
-# step costs (a little more at most: the caches went cold while the save ran), nowhere near the save.
-# So a run that stays slow *after* its first checkpoint has another cause (a background job
-# competing for the same cores, memory pressure, a data source), and the checkpoint is at most a
-# coincidence. The explorer below shows traces under the cost model for several intervals: a longer
-# interval makes fewer steps slow, not each of them faster.
+# The save costs its own step, several times a normal one (the `saving / others` ratio printed
+# above). The ratio for the step after a save is within this machine's step-to-step noise. That is
+# what the model puts in, not a finding about disks: a sleep leaves nothing behind, so the later steps
+# cannot pay for it here. A real `torch.save` to a file can leave work behind that this cell neither models nor
+# measures: the operating system writes the file's dirty pages back to disk after the call returns
+# (competing for the disk and memory bandwidth), a copy taken for the save holds memory until it is
+# freed, and a save to a network file system can stall later reads. So on a real job, measure the
+# same ratio (the step after a save over the others) before blaming or clearing the checkpoint for a
+# run that stays slow after it. The explorer below shows traces under the cost model for several
+# intervals: a longer interval makes fewer steps slow, not each of them faster.
 
 # %% tags=["demo"]
 interval_traces = {k: throughput.traced(BASE.replace(checkpoint=SyncCheckpoint(k)), seed=0) for k in (2, 4, 8, 16)}
