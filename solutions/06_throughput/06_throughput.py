@@ -398,7 +398,7 @@ prof = throughput.profile_steps(start(BASE, seed=0), wait=1, warmup=1, active=3)
 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
 
 # %% [markdown]
-# ## FLOPs, the 6·N rule, and MFU
+# ## FLOPs, the 6·N rule, and a utilisation (not MFU)
 #
 # `FlopCounterMode` counts one step's forward and backward. Its conventions: a matmul of (M, K) by
 # (K, N) is 2·M·N·K FLOPs (a multiply and an add each count one); elementwise ops, softmax and layer
@@ -418,29 +418,36 @@ print(f"rule total:                 {rule['total']:,}; counted / rule = {counted
 # %% [markdown]
 # This model's attention computes the scores with plain matmuls, so the counter sees them; a model
 # that calls `scaled_dot_product_attention` on CPU would be counted 0 there (check the by-operator
-# list for what is missing). **MFU** (model FLOPs utilisation) = model FLOPs per step / step time /
-# peak. Each convention, stated: model FLOPs = the counted forward + backward above (no recompute);
-# step time = the median real step of the healthy run above (one thread, this machine, now); peak =
-# this machine's float32 matmul rate on one thread, measured with a timed 256×256 matmul (best of
-# five), not a number from a data sheet.
+# list for what is missing).
+#
+# **MFU** (model FLOPs utilisation, Chowdhery et al. 2022, PaLM, section 4.1 and appendix B) = model
+# FLOPs per step / step time / the hardware's **peak** FLOP/s: the data-sheet number for the chips
+# and the dtype (times the number of chips), with model FLOPs counting forward and backward and no
+# recomputation. A CPU has no such number in this notebook, so the cell below divides by something
+# else: this machine's float32 matmul rate on one thread, *measured* with a timed 256×256 matmul
+# (best of five). A measured rate is below the peak, so the figure below, the **utilisation of the
+# measured matmul rate**, is higher than MFU would be; do not compare it with published MFUs. Its
+# other conventions: model FLOPs = the counted forward + backward above; step time = the median real
+# step of the healthy run above (one thread, this machine, now).
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
-peak = throughput.matmul_peak(256)
+rate = throughput.matmul_peak(256)  # a measured rate, not the hardware's peak
 step = statistics.median(throughput.step_times(healthy_wall))
-print(f"peak {peak / 1e9:.2f} GFLOP/s; achieved {counted / step / 1e9:.3f} GFLOP/s; MFU {counted / step / peak:.1%}")
+print(f"measured 256x256 matmul rate {rate / 1e9:.2f} GFLOP/s; achieved {counted / step / 1e9:.3f} GFLOP/s; "
+      f"utilisation of the measured matmul rate {counted / step / rate:.1%} (not MFU: MFU divides by the peak)")
 
 # %% [markdown]
-# A tiny model on a CPU is far from its peak: each operator is small and Python's per-operator
-# overhead dominates. The number says how much of the machine the step uses; whether it can go higher
-# is for the profiler to say.
+# A tiny model on a CPU reaches a small fraction of even the measured rate (the percentage printed
+# above): its operators are small, and the profiler table above shows much of the time outside the
+# matmuls. Whether the step can go faster is for the profiler to say, not this ratio.
 #
 # ## What instrumentation costs
 #
-# Measuring changes what is measured. `throughput.overhead` switches per-layer telemetry
+# Measuring can change what is measured. `throughput.overhead` switches per-layer telemetry
 # (`course.telemetry`: seven statistics per parameter tensor, each a `.item()`) on and off in
-# alternating blocks of one run and compares the median step times (a ratio within one run, so the
-# machine's load cancels):
+# alternating blocks of one run and compares the median step times (a ratio within one run, so a
+# steady load on the machine cancels):
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
@@ -448,8 +455,28 @@ cost = throughput.overhead(start(BASE, seed=0), blocks=6, block=8)
 print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['on']:.2f} ms, ratio {cost['ratio']:.2f}")
 
 # %% [markdown]
-# The phase timer itself costs nine clock reads per step. Log per-layer statistics every k steps, not
-# every step, and never with one `.item()` per tensor on an accelerator.
+# On a model this small the ratio printed above can land on either side of 1: the telemetry's cost is
+# within this machine's step-to-step noise, and a ratio below 1 is that noise, not telemetry making
+# steps faster. On a larger model, and on an accelerator where each `.item()` waits for the device,
+# the same measurement is how you find out; log per-layer statistics every k steps if it is not small.
+#
+# The loop's own timer is nine clock reads per step, but two phases also hold the loop's own
+# telemetry: `bwd` includes the gradient norm (a norm per gradient and an `.item()`) and the clipping,
+# and `opt` includes two flat copies of every parameter (before and after the update, for the
+# relative update size). `throughput.loop_extras` times those apart, beside the phase medians of the
+# healthy run above:
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+extras = throughput.loop_extras(start(BASE, seed=0))
+medians = throughput.phase_medians(healthy_wall)
+for p in ("bwd", "opt"):
+    print(f"{p}: phase median {1e3 * medians[p]:.3f} ms, of which the loop's telemetry {1e3 * extras[p]:.3f} ms "
+          f"({extras[p] / medians[p]:.0%})")
+
+# %% [markdown]
+# So a `bwd` or `opt` phase is not pure backward or optimizer time: compare phases with a baseline run
+# by the same loop (as the regression check does), not with a backward pass timed on its own.
 #
 # ## Exercise 2: a mystery pipeline
 #
