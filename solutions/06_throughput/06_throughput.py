@@ -19,8 +19,9 @@
 #   tensors under the requested step's label, or two steps in one file), fix it with a copy taken at
 #   the step and prove the fixed checkpoint equal to that state bit for bit.
 # * Count **real tokens** (scored targets), not padded positions.
-# * Read a scheduled `torch.profiler` trace; count FLOPs with `FlopCounterMode` against the
-#   6·N·tokens rule; compute MFU with every convention stated; measure what instrumentation costs.
+# * *Optional appendix:* read a scheduled `torch.profiler` trace; count FLOPs with `FlopCounterMode`
+#   against the 6·N·tokens rule; a utilisation of a measured matmul rate (and how MFU proper differs);
+#   what instrumentation costs, the loop's own telemetry included.
 # * Debug a **mystery pipeline**: a falsifying test, the slow phase, the fix, graded on pipelines you
 #   have never seen.
 #
@@ -42,7 +43,7 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # A small version of the course pipeline (one layer, 16-token windows, batches of 16). The training
 # loop (`course.train.train_steps`) times every step in seven phases and keeps them in `run.phases`:
 # `data` (fetch and collate the batch), `fwd` (forward and loss), `bwd` (backward, gradient norm,
-# clipping), `opt` (optimizer and scheduler), then three parts of the pipeline that run after the
+# clipping), `opt` (optimizer and scheduler, and copies of the parameters for the update size), then three parts of the pipeline that run after the
 # update: `log` (`log_step`), `ckpt` (`checkpoint`) and `eval` (evaluation, when `eval_due` says so).
 # The healthy parts log nothing extra, save nothing inside the step, and evaluate every `eval_every`
 # steps. Here a real run, on this machine's clock, evaluating every 20 steps:
@@ -52,6 +53,7 @@ from course import ModelConfig, Pipeline
 from course import throughput
 from course.bugs import inject
 from course.phases import PHASES
+from course.record import reveal
 from course.train import start, train_steps
 
 BASE = Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
@@ -96,6 +98,14 @@ help(throughput.traced)
 # A run whose tokens/s drops partway and stays down. Throughput is counted in **scored target
 # tokens** per second (here every window is full, so it equals positions per second).
 
+# %% [markdown]
+# **Predict.** Before you look at the phases: a run's tokens/s drops at one step and stays down.
+# Which phase do you bet the lost time lives in: `"data"`, `"fwd"`, `"bwd"`, `"opt"`, `"log"`,
+# `"ckpt"` or `"eval"`? (The regression check below reveals it.)
+
+# %%
+prediction = None  # your guess: one phase name
+
 # %% tags=["demo"]
 symptom_pipe = inject(BASE, "data-source-stalls")
 symptom_run = throughput.traced(symptom_pipe, seed=0)
@@ -131,8 +141,10 @@ plt.show()
 # negative control is a healthy run on another seed:
 
 # %% tags=["demo"]
-print("the symptom:     ", throughput.regressions(symptom_run, baseline))
+symptom_found = throughput.regressions(symptom_run, baseline)
+print("the symptom:     ", symptom_found)
 print("healthy, seed 2: ", throughput.regressions(throughput.traced(BASE, seed=2), baseline))
+reveal("the phase the lost time lives in", prediction, ", ".join(symptom_found) or "none")
 
 # %% [markdown]
 # ## Closing the loop
@@ -183,7 +195,6 @@ prediction = None  # your guess: the ratio (a number)
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 from course.bugs.throughput import SyncCheckpoint
-from course.record import reveal
 
 ckpt_wall = train_steps(start(BASE.replace(checkpoint=SyncCheckpoint(8)), seed=0), 48, eval_every=0)
 times = throughput.step_times(ckpt_wall)
@@ -386,98 +397,6 @@ plt.show()
 # that adds padding (a larger maximum length, no bucketing by length) *raises* it while the real
 # curve falls. Compare runs, and set alerts, on scored tokens per second.
 #
-# ## A scheduled profiler trace
-#
-# `torch.profiler.profile` with `schedule(wait=1, warmup=1, active=3)` skips one step, warms up on
-# one (recording, then discarding), and records three; `prof.step()` marks each step.
-# `key_averages()` sums the recorded operators (times change from run to run):
-
-# %% tags=["demo"]
-# NBVAL_IGNORE_OUTPUT
-prof = throughput.profile_steps(start(BASE, seed=0), wait=1, warmup=1, active=3)
-print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
-
-# %% [markdown]
-# ## FLOPs, the 6·N rule, and a utilisation (not MFU)
-#
-# `FlopCounterMode` counts one step's forward and backward. Its conventions: a matmul of (M, K) by
-# (K, N) is 2·M·N·K FLOPs (a multiply and an add each count one); elementwise ops, softmax and layer
-# norm count 0. The rule of thumb: 6·N FLOPs per position for a model whose matmuls hold N
-# parameters (2·N forward, 4·N backward; embedding tables are lookups, not matmuls), plus attention's
-# two T×T matmuls per layer, which the rule leaves out. Positions include padding: the hardware
-# computes them.
-
-# %%
-counted, by_op = throughput.counted_flops(BASE)
-rule = throughput.rule_flops(BASE)
-print(f"counted by FlopCounterMode: {counted:,} FLOPs per step, by operator {by_op}")
-print(f"6 N per position:           {rule['6N']:,} (N = {rule['N']:,} matmul parameters)")
-print(f"attention matmuls:          {rule['attention']:,}")
-print(f"rule total:                 {rule['total']:,}; counted / rule = {counted / rule['total']:.4f}")
-
-# %% [markdown]
-# This model's attention computes the scores with plain matmuls, so the counter sees them; a model
-# that calls `scaled_dot_product_attention` on CPU would be counted 0 there (check the by-operator
-# list for what is missing).
-#
-# **MFU** (model FLOPs utilisation, Chowdhery et al. 2022, PaLM, section 4.1 and appendix B) = model
-# FLOPs per step / step time / the hardware's **peak** FLOP/s: the data-sheet number for the chips
-# and the dtype (times the number of chips), with model FLOPs counting forward and backward and no
-# recomputation. A CPU has no such number in this notebook, so the cell below divides by something
-# else: this machine's float32 matmul rate on one thread, *measured* with a timed 256×256 matmul
-# (best of five). A measured rate is below the peak, so the figure below, the **utilisation of the
-# measured matmul rate**, is higher than MFU would be; do not compare it with published MFUs. Its
-# other conventions: model FLOPs = the counted forward + backward above; step time = the median real
-# step of the healthy run above (one thread, this machine, now).
-
-# %% tags=["demo"]
-# NBVAL_IGNORE_OUTPUT
-rate = throughput.matmul_peak(256)  # a measured rate, not the hardware's peak
-step = statistics.median(throughput.step_times(healthy_wall))
-print(f"measured 256x256 matmul rate {rate / 1e9:.2f} GFLOP/s; achieved {counted / step / 1e9:.3f} GFLOP/s; "
-      f"utilisation of the measured matmul rate {counted / step / rate:.1%} (not MFU: MFU divides by the peak)")
-
-# %% [markdown]
-# A tiny model on a CPU reaches a small fraction of even the measured rate (the percentage printed
-# above): its operators are small, and the profiler table above shows much of the time outside the
-# matmuls. Whether the step can go faster is for the profiler to say, not this ratio.
-#
-# ## What instrumentation costs
-#
-# Measuring can change what is measured. `throughput.overhead` switches per-layer telemetry
-# (`course.telemetry`: seven statistics per parameter tensor, each a `.item()`) on and off in
-# alternating blocks of one run and compares the median step times (a ratio within one run, so a
-# steady load on the machine cancels):
-
-# %% tags=["demo"]
-# NBVAL_IGNORE_OUTPUT
-cost = throughput.overhead(start(BASE, seed=0), blocks=6, block=8)
-print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['on']:.2f} ms, ratio {cost['ratio']:.2f}")
-
-# %% [markdown]
-# On a model this small the ratio printed above can land on either side of 1: the telemetry's cost is
-# within this machine's step-to-step noise, and a ratio below 1 is that noise, not telemetry making
-# steps faster. On a larger model, and on an accelerator where each `.item()` waits for the device,
-# the same measurement is how you find out; log per-layer statistics every k steps if it is not small.
-#
-# The loop's own timer is nine clock reads per step, but two phases also hold the loop's own
-# telemetry: `bwd` includes the gradient norm (a norm per gradient and an `.item()`) and the clipping,
-# and `opt` includes two flat copies of every parameter (before and after the update, for the
-# relative update size). `throughput.loop_extras` times those apart, beside the phase medians of the
-# healthy run above:
-
-# %% tags=["demo"]
-# NBVAL_IGNORE_OUTPUT
-extras = throughput.loop_extras(start(BASE, seed=0))
-medians = throughput.phase_medians(healthy_wall)
-for p in ("bwd", "opt"):
-    print(f"{p}: phase median {1e3 * medians[p]:.3f} ms, of which the loop's telemetry {1e3 * extras[p]:.3f} ms "
-          f"({extras[p] / medians[p]:.0%})")
-
-# %% [markdown]
-# So a `bwd` or `opt` phase is not pure backward or optimizer time: compare phases with a baseline run
-# by the same loop (as the regression check does), not with a backward pass timed on its own.
-#
 # ## Exercise 2: a mystery pipeline
 #
 # Now you debug. Below are six pipelines drawn by `course.mystery.draw` from this notebook's bug
@@ -665,6 +584,108 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-06-f71") for i
 # * **Resumed equals uninterrupted** proves the checkpoint held everything this pipeline needs; with
 #   dropout or a shuffled data loader it would also need the RNG states and the loader's position.
 # * **Scored tokens per second** measures training signal; positions per second measures the
-#   hardware's work. MFU depends on its conventions (what counts as a FLOP, forward and backward,
-#   which peak), so a number without them cannot be compared.
-# * **The profiler and the telemetry** change what they measure: measure their cost as a ratio.
+#   hardware's work. A utilisation depends on its conventions (what counts as a FLOP, forward and
+#   backward, and what it divides by: MFU divides by the hardware's peak, the appendix by a measured
+#   matmul rate), so a number without them cannot be compared.
+# * **The profiler and the telemetry** can change what they measure: measure their cost as a ratio
+#   within one run (appendix).
+
+# %% [markdown]
+# ## Appendix (optional, not graded): inside a phase, and the cost of looking
+#
+# The regression check names the phase a slowdown lives in. The next questions are which operators
+# inside a step take the time (a profiler trace), how far the step is from what this machine's
+# matmuls can do (FLOPs and a utilisation), and what the measuring itself costs. Nothing below is
+# needed by the exercises.
+#
+# ### A scheduled profiler trace
+#
+# `torch.profiler.profile` with `schedule(wait=1, warmup=1, active=3)` skips one step, warms up on
+# one (recording, then discarding), and records three; `prof.step()` marks each step.
+# `key_averages()` sums the recorded operators (times change from run to run):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+prof = throughput.profile_steps(start(BASE, seed=0), wait=1, warmup=1, active=3)
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+
+# %% [markdown]
+# ### FLOPs, the 6·N rule, and a utilisation (not MFU)
+#
+# `FlopCounterMode` counts one step's forward and backward. Its conventions: a matmul of (M, K) by
+# (K, N) is 2·M·N·K FLOPs (a multiply and an add each count one); elementwise ops, softmax and layer
+# norm count 0. The rule of thumb: 6·N FLOPs per position for a model whose matmuls hold N
+# parameters (2·N forward, 4·N backward; embedding tables are lookups, not matmuls), plus attention's
+# two T×T matmuls per layer, which the rule leaves out. Positions include padding: the hardware
+# computes them.
+
+# %%
+counted, by_op = throughput.counted_flops(BASE)
+rule = throughput.rule_flops(BASE)
+print(f"counted by FlopCounterMode: {counted:,} FLOPs per step, by operator {by_op}")
+print(f"6 N per position:           {rule['6N']:,} (N = {rule['N']:,} matmul parameters)")
+print(f"attention matmuls:          {rule['attention']:,}")
+print(f"rule total:                 {rule['total']:,}; counted / rule = {counted / rule['total']:.4f}")
+
+# %% [markdown]
+# This model's attention computes the scores with plain matmuls, so the counter sees them; a model
+# that calls `scaled_dot_product_attention` on CPU would be counted 0 there (check the by-operator
+# list for what is missing).
+#
+# **MFU** (model FLOPs utilisation, Chowdhery et al. 2022, PaLM, section 4.1 and appendix B) = model
+# FLOPs per step / step time / the hardware's **peak** FLOP/s: the data-sheet number for the chips
+# and the dtype (times the number of chips), with model FLOPs counting forward and backward and no
+# recomputation. A CPU has no such number in this notebook, so the cell below divides by something
+# else: this machine's float32 matmul rate on one thread, *measured* with a timed 256×256 matmul
+# (best of five). A measured rate is below the peak, so the figure below, the **utilisation of the
+# measured matmul rate**, is higher than MFU would be; do not compare it with published MFUs. Its
+# other conventions: model FLOPs = the counted forward + backward above; step time = the median real
+# step of the healthy run at the top of the notebook (one thread, this machine, now).
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+rate = throughput.matmul_peak(256)  # a measured rate, not the hardware's peak
+step = statistics.median(throughput.step_times(healthy_wall))
+print(f"measured 256x256 matmul rate {rate / 1e9:.2f} GFLOP/s; achieved {counted / step / 1e9:.3f} GFLOP/s; "
+      f"utilisation of the measured matmul rate {counted / step / rate:.1%} (not MFU: MFU divides by the peak)")
+
+# %% [markdown]
+# A tiny model on a CPU reaches a small fraction of even the measured rate (the percentage printed
+# above): its operators are small, and the profiler table above shows much of the time outside the
+# matmuls. Whether the step can go faster is for the profiler to say, not this ratio.
+#
+# ### What instrumentation costs
+#
+# Measuring can change what is measured. `throughput.overhead` switches per-layer telemetry
+# (`course.telemetry`: seven statistics per parameter tensor, each a `.item()`) on and off in
+# alternating blocks of one run and compares the median step times (a ratio within one run, so a
+# steady load on the machine cancels):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+cost = throughput.overhead(start(BASE, seed=0), blocks=6, block=8)
+print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['on']:.2f} ms, ratio {cost['ratio']:.2f}")
+
+# %% [markdown]
+# On a model this small the ratio printed above can land on either side of 1: the telemetry's cost is
+# within this machine's step-to-step noise, and a ratio below 1 is that noise, not telemetry making
+# steps faster. On a larger model, and on an accelerator where each `.item()` waits for the device,
+# the same measurement is how you find out; log per-layer statistics every k steps if it is not small.
+#
+# The loop's own timer is nine clock reads per step, but two phases also hold the loop's own
+# telemetry: `bwd` includes the gradient norm (a norm per gradient and an `.item()`) and the clipping,
+# and `opt` includes two flat copies of every parameter (before and after the update, for the
+# relative update size). `throughput.loop_extras` times those apart, beside the phase medians of the
+# healthy run at the top of the notebook:
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+extras = throughput.loop_extras(start(BASE, seed=0))
+medians = throughput.phase_medians(healthy_wall)
+for p in ("bwd", "opt"):
+    print(f"{p}: phase median {1e3 * medians[p]:.3f} ms, of which the loop's telemetry {1e3 * extras[p]:.3f} ms "
+          f"({extras[p] / medians[p]:.0%})")
+
+# %% [markdown]
+# So a `bwd` or `opt` phase is not pure backward or optimizer time: compare phases with a baseline run
+# by the same loop (as the regression check does), not with a backward pass timed on its own.
