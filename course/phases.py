@@ -5,7 +5,8 @@ The loop in ``course.train`` times every step in seven **phases**, in this order
     data  -> fwd  -> bwd  -> opt  -> log  -> ckpt  -> eval
 
 (``data``: fetching and collating the batch; ``fwd``: the forward pass and the loss; ``bwd``:
-backward, the gradient norm and clipping; ``opt``: the optimizer and scheduler step; ``log``: the
+backward, the gradient norm and clipping; ``opt``: the optimizer and scheduler step, and two flat
+copies of the parameters for the update size; ``log``: the
 pipeline's ``log_step`` part; ``ckpt``: its ``checkpoint`` part; ``eval``: evaluation, when its
 ``eval_due`` part says so). It reads the time from a **clock** with one method, ``lap(phase)``:
 the seconds since the previous lap.

@@ -14,10 +14,14 @@
 * **The async-save race.** ``AsyncSaver`` serialises a snapshot on a background thread; ``hold`` (a
   ``threading.Event``) makes the thread wait until the trainer has run more steps, so the race is
   forced, not left to luck. ``live_state`` hands the thread the live tensors (the bug);
-  ``snapshot`` copies them at the step (the fix). ``race`` runs the schedule and compares the saved
-  tensors with a copy of the state at the requested step, bit for bit.
-* **FLOPs and MFU.** ``counted_flops`` (``torch.utils.flop_counter.FlopCounterMode``),
-  ``rule_flops`` (6 N per token plus attention), ``matmul_peak`` (a timed matmul on this machine).
+  ``snapshot`` copies them at the step (the fix); ``model_first`` copies the model at the step and
+  hands the optimizer's state over live (a save that copies lazily, part by part). ``race`` runs the
+  schedule, compares the saved tensors with a copy of the state at the requested step, bit for bit,
+  and says for each saved tensor (and the saved learning rate) after which step's update it was.
+* **FLOPs and a utilisation.** ``counted_flops`` (``torch.utils.flop_counter.FlopCounterMode``),
+  ``rule_flops`` (6 N per token plus attention), ``matmul_peak`` (a timed matmul on this machine: a
+  *measured* rate, lower than the hardware's peak, so FLOPs/s divided by it is not MFU, which divides
+  by the peak).
 * **What instrumentation costs.** ``overhead`` alternates blocks of steps with per-layer telemetry
   on and off in one run and compares the medians.
 """
@@ -150,6 +154,13 @@ def snapshot(model, optimizer) -> dict:
     return copy.deepcopy(live_state(model, optimizer))
 
 
+def model_first(model, optimizer) -> dict:
+    """A half-done copy: the model's tensors copied now, the optimizer's state dict handed over live
+    (its tensors, Adam's moments and step counts, are read when the write reaches them). This is what
+    a save that copies lazily, part by part, holds when training moves on before it finishes."""
+    return {"model": copy.deepcopy(model.state_dict()), "optimizer": optimizer.state_dict()}
+
+
 class AsyncSaver:
     """Serialise checkpoints on background threads, so the training thread does not wait.
 
@@ -209,6 +220,10 @@ class RaceResult:
     missing: list[str] = field(default_factory=list)  # tensors of the state the checkpoint lacks
     compared: int = 0
     run_changed: bool = False  # did taking the snapshot change the training run?
+    # for each saved tensor: the number of updates of the state it equals (save_at .. save_at +
+    # steps_after), or None if it equals none of them
+    from_step: dict[str, int | None] = field(default_factory=dict)
+    lr_from: int | None = None  # the same for the saved param group's learning rate (a float)
 
     @property
     def exact(self) -> bool:
@@ -220,25 +235,42 @@ def race(pipe: Pipeline, take, save_at: int = 4, steps_after: int = 3, seed: int
     checkpoint, train ``steps_after`` more steps while its thread waits on an ``Event``, then let it
     write. The checkpoint is compared, tensor by tensor (``torch.equal``), with a deep copy of
     ``live_state`` taken at the requested step, and the run's final parameters with a run that saved
-    nothing (a snapshot must not change training)."""
+    nothing (a snapshot must not change training). Deep copies of the state after every later update
+    give each saved tensor's provenance (``from_step``; ``None``: equal to no state the run passed
+    through) and the saved learning rate's (``lr_from``). When two states are equal in a tensor (a
+    frozen one), the earliest step is named."""
     from .train import start, train_steps
 
     run = start(pipe, seed)
     train_steps(run, save_at, eval_every=0)
     reference = copy.deepcopy(live_state(run.model, run.optimizer))
+    states = {save_at: _tensors(reference)}  # the state after each update, for provenance
+    lrs = {save_at: reference["optimizer"]["param_groups"][0].get("lr")}
     saver, hold = AsyncSaver(take), threading.Event()
     saver.save(run.model, run.optimizer, run.step, hold)
-    train_steps(run, steps_after, eval_every=0)
+    for _ in range(steps_after):
+        train_steps(run, 1, eval_every=0)
+        now = copy.deepcopy(live_state(run.model, run.optimizer))
+        states[run.step], lrs[run.step] = _tensors(now), now["optimizer"]["param_groups"][0].get("lr")
     hold.set()
     saver.join()
-    saved = _tensors(saver.load(save_at)) if save_at in saver.saved else {}
-    expected = _tensors(reference)
+    loaded = saver.load(save_at) if save_at in saver.saved else {}
+    saved = _tensors(loaded)
+    expected = states[save_at]
     result = RaceResult(save_at, steps_after, compared=len(expected))
     for name, t in expected.items():
         if name not in saved:
             result.missing.append(name)
         elif saved[name].shape != t.shape or not torch.equal(saved[name], t):
             result.differ.append(name)
+    for name, t in saved.items():
+        result.from_step[name] = next((k for k, st in states.items() if name in st and st[name].shape == t.shape
+                                       and torch.equal(st[name], t)), None)
+    try:
+        lr = loaded["optimizer"]["param_groups"][0]["lr"]
+        result.lr_from = next((k for k, v in lrs.items() if v == lr), None)
+    except (KeyError, IndexError, TypeError):
+        result.lr_from = None
     control = start(pipe, seed)
     train_steps(control, save_at + steps_after, eval_every=0)
     result.run_changed = not all(torch.equal(a, b) for a, b in zip(run.model.parameters(), control.model.parameters()))
@@ -264,7 +296,7 @@ def same_parameters(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
 
 
-# ----- FLOPs, peak and MFU --------------------------------------------------------------------------
+# ----- FLOPs and a measured matmul rate -------------------------------------------------------------
 def counted_flops(pipe: Pipeline, seed: int = 0) -> tuple[int, dict]:
     """FLOPs of one training step's forward and backward, counted by ``FlopCounterMode`` (a matmul of
     (M, K) by (K, N) is 2 M N K; elementwise ops, softmax and layer norm count 0), and the count per
@@ -297,7 +329,11 @@ def rule_flops(pipe: Pipeline) -> dict[str, float]:
 
 def matmul_peak(n: int = 256, repeats: int = 20, rounds: int = 5) -> float:
     """This machine's float32 matmul rate in FLOP/s on the current number of threads: the best of
-    ``rounds`` timings of ``repeats`` (n x n) @ (n x n) products (2 n^3 FLOPs each)."""
+    ``rounds`` timings of ``repeats`` (n x n) @ (n x n) products (2 n^3 FLOPs each).
+
+    A *measured* rate at one size, not the hardware's peak (the data-sheet FLOP/s for the dtype,
+    which larger matmuls approach and never pass). Model FLOPs/s divided by it is a utilisation of
+    this rate; MFU (Chowdhery et al. 2022, PaLM, appendix B) divides by the peak, so it is lower."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
     best = float("inf")
@@ -322,6 +358,36 @@ def profile_steps(run, wait: int = 1, warmup: int = 1, active: int = 3):
             train_steps(run, 1, eval_every=0)
             prof.step()
     return prof
+
+
+def loop_extras(run, repeats: int = 50) -> dict[str, float]:
+    """Median seconds of the loop's own telemetry inside two phases, timed apart on ``run``'s model:
+    ``bwd`` holds the gradient norm (one ``vector_norm`` per gradient, stacked, and an ``.item()``) and
+    the clipping when the pipeline clips; ``opt`` holds two flat copies of every parameter (before and
+    after the update, for ``rel_update``). The norms of those copies are taken after the ``opt`` lap
+    and are charged to no phase. One backward pass is run first so the gradients exist; the
+    parameters are not updated."""
+    from .train import _flat, batch_at
+
+    pipe, model = run.pipe, run.model
+    params = list(model.parameters())
+    batch = batch_at(pipe, run.seed, run.step + run.data_offset)
+    model.zero_grad(set_to_none=True)
+    pipe.loss_fn(model(batch.inputs), batch).backward()
+    grads = [p.grad for p in params if p.grad is not None]
+    bwd, opt = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+        if pipe.clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, pipe.clip)
+        bwd.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _flat(params)
+        _flat(params)
+        opt.append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    return {"bwd": statistics.median(bwd), "opt": statistics.median(opt)}
 
 
 def overhead(run, blocks: int = 6, block: int = 8) -> dict[str, float]:

@@ -101,6 +101,26 @@ def test_race_live_state_differs_and_snapshot_is_exact():
     assert copied.exact and copied.compared == live.compared
 
 
+def test_race_names_the_step_each_saved_tensor_comes_from():
+    """live: every tensor is the last step's, the lr the requested step's; model_first: two steps in one
+    file; snapshot (the control): all the requested step's."""
+    live = tp.race(SMALL, tp.live_state, save_at=3, steps_after=2)
+    assert set(live.from_step.values()) == {5} and live.lr_from == 3
+    mixed = tp.race(SMALL, tp.model_first, save_at=3, steps_after=2)
+    assert {k for n, k in mixed.from_step.items() if n.startswith("/model")} == {3}
+    assert {k for n, k in mixed.from_step.items() if n.startswith("/optimizer")} == {5}
+    copied = tp.race(SMALL, tp.snapshot, save_at=3, steps_after=2)
+    assert set(copied.from_step.values()) == {3} and copied.lr_from == 3
+
+
+def test_loop_extras_times_the_loops_telemetry_without_training():
+    run = start(SMALL, 0)
+    before = [p.detach().clone() for p in run.model.parameters()]
+    extras = tp.loop_extras(run, repeats=3)
+    assert extras["bwd"] > 0 and extras["opt"] > 0
+    assert all(torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
+
+
 def test_race_catches_a_snapshot_that_copies_the_model_only():
     def model_only(model, optimizer):
         return {"model": {k: v.clone() for k, v in model.state_dict().items()}, "optimizer": optimizer.state_dict()}

@@ -12,13 +12,16 @@
 # **What you learn.**
 # * Time a training step in **phases** (data wait, forward, backward, optimizer, logging, checkpoint,
 #   evaluation) and find which phase a slowdown lives in, against a healthy baseline, phase by phase.
-# * A **synchronous checkpoint** delays its own step and not the steps after it: measured here.
+# * A **synchronous checkpoint** delays its own step. Here the slow disk is a sleep, so the steps
+#   after it are not slowed *by construction*; what a real save can leave behind is named, not measured.
 # * Saving a live `state_dict` from a background thread **races** with training: make the race happen
-#   on purpose (a `threading.Event`), see the checkpoint hold a mixture of steps, fix it with a copy
-#   taken at the step and prove the fixed checkpoint equal to that state bit for bit.
+#   on purpose (a `threading.Event`), see which step each saved piece comes from (a later step's
+#   tensors under the requested step's label, or two steps in one file), fix it with a copy taken at
+#   the step and prove the fixed checkpoint equal to that state bit for bit.
 # * Count **real tokens** (scored targets), not padded positions.
-# * Read a scheduled `torch.profiler` trace; count FLOPs with `FlopCounterMode` against the
-#   6·N·tokens rule; compute MFU with every convention stated; measure what instrumentation costs.
+# * *Optional appendix:* read a scheduled `torch.profiler` trace; count FLOPs with `FlopCounterMode`
+#   against the 6·N·tokens rule; a utilisation of a measured matmul rate (and how MFU proper differs);
+#   what instrumentation costs, the loop's own telemetry included.
 # * Debug a **mystery pipeline**: a falsifying test, the slow phase, the fix, graded on pipelines you
 #   have never seen.
 #
@@ -40,7 +43,7 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # A small version of the course pipeline (one layer, 16-token windows, batches of 16). The training
 # loop (`course.train.train_steps`) times every step in seven phases and keeps them in `run.phases`:
 # `data` (fetch and collate the batch), `fwd` (forward and loss), `bwd` (backward, gradient norm,
-# clipping), `opt` (optimizer and scheduler), then three parts of the pipeline that run after the
+# clipping), `opt` (optimizer and scheduler, and copies of the parameters for the update size), then three parts of the pipeline that run after the
 # update: `log` (`log_step`), `ckpt` (`checkpoint`) and `eval` (evaluation, when `eval_due` says so).
 # The healthy parts log nothing extra, save nothing inside the step, and evaluate every `eval_every`
 # steps. Here a real run, on this machine's clock, evaluating every 20 steps:
@@ -50,6 +53,7 @@ from course import ModelConfig, Pipeline
 from course import throughput
 from course.bugs import inject
 from course.phases import PHASES
+from course.record import reveal
 from course.train import start, train_steps
 
 BASE = Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
@@ -94,6 +98,14 @@ help(throughput.traced)
 # A run whose tokens/s drops partway and stays down. Throughput is counted in **scored target
 # tokens** per second (here every window is full, so it equals positions per second).
 
+# %% [markdown]
+# **Predict.** Before you look at the phases: a run's tokens/s drops at one step and stays down.
+# Which phase do you bet the lost time lives in: `"data"`, `"fwd"`, `"bwd"`, `"opt"`, `"log"`,
+# `"ckpt"` or `"eval"`? (The regression check below reveals it.)
+
+# %%
+prediction = None  # your guess: one phase name
+
 # %% tags=["demo"]
 symptom_pipe = inject(BASE, "data-source-stalls")
 symptom_run = throughput.traced(symptom_pipe, seed=0)
@@ -129,8 +141,10 @@ plt.show()
 # negative control is a healthy run on another seed:
 
 # %% tags=["demo"]
-print("the symptom:     ", throughput.regressions(symptom_run, baseline))
+symptom_found = throughput.regressions(symptom_run, baseline)
+print("the symptom:     ", symptom_found)
 print("healthy, seed 2: ", throughput.regressions(throughput.traced(BASE, seed=2), baseline))
+reveal("the phase the lost time lives in", prediction, ", ".join(symptom_found) or "none")
 
 # %% [markdown]
 # ## Closing the loop
@@ -165,11 +179,12 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## A synchronous checkpoint delays its own step, not the later ones
+# ## A synchronous checkpoint delays its own step
 #
-# A checkpoint written on the training thread every 8 steps, on the real clock (the slow disk is a
-# sleep of the modelled write time). After a save, training continues on the same thread with the
-# same tensors, so nothing should make the following steps slower.
+# A checkpoint saved on the training thread every 8 steps, on the real clock. It is a model
+# (`course.bugs.throughput.SyncCheckpoint`): `torch.save` serialises the state into a buffer in
+# memory, and the slow disk is a sleep of the modelled write time; no file is written, and the buffer
+# is freed when the save returns. So in this model the save can only cost its own step.
 #
 # **Predict.** The median time of the step right after each save, divided by the median of the
 # steps that neither save nor follow a save: about `1`, about `2`, or more?
@@ -180,7 +195,6 @@ prediction = None  # your guess: the ratio (a number)
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 from course.bugs.throughput import SyncCheckpoint
-from course.record import reveal
 
 ckpt_wall = train_steps(start(BASE.replace(checkpoint=SyncCheckpoint(8)), seed=0), 48, eval_every=0)
 times = throughput.step_times(ckpt_wall)
@@ -189,15 +203,22 @@ after = [s + 1 for s in saving if s + 1 < len(times)]
 others = [s for s in range(1, len(times)) if s not in saving and s not in after]
 med = {k: statistics.median(times[s] for s in v) for k, v in {"saving": saving, "after": after, "others": others}.items()}
 print({k: f"{1e3 * v:.2f} ms" for k, v in med.items()}, f"saving / others: {med['saving'] / med['others']:.1f}")
+q1, _, q3 = statistics.quantiles([times[s] for s in others], n=4)
+print(f"spread of the other steps: quartiles {q1 / med['others']:.2f} to {q3 / med['others']:.2f} of their median")
 reveal("step after a save / other steps", prediction, round(med["after"] / med["others"], 2))
 
 # %% [markdown]
-# The save costs its own step, several times a normal one. The step after it costs about what any
-# step costs (a little more at most: the caches went cold while the save ran), nowhere near the save.
-# So a run that stays slow *after* its first checkpoint has another cause (a background job
-# competing for the same cores, memory pressure, a data source), and the checkpoint is at most a
-# coincidence. The explorer below shows traces under the cost model for several intervals: a longer
-# interval makes fewer steps slow, not each of them faster.
+# The save costs its own step (the `saving / others` ratio printed above). Compare the ratio for the
+# step after a save with the spread of the other steps printed beside it: whatever it differs from 1
+# by is this machine's noise (other processes, caches they used while this one slept), not the disk.
+# That is what the model puts in, not a finding about disks: a sleep leaves no work behind, so the
+# later steps cannot pay for the write here. A real `torch.save` to a file can leave work behind that this cell neither models nor
+# measures: the operating system writes the file's dirty pages back to disk after the call returns
+# (competing for the disk and memory bandwidth), a copy taken for the save holds memory until it is
+# freed, and a save to a network file system can stall later reads. So on a real job, measure the
+# same ratio (the step after a save over the others) before blaming or clearing the checkpoint for a
+# run that stays slow after it. The explorer below shows traces under the cost model for several
+# intervals: a longer interval makes fewer steps slow, not each of them faster.
 
 # %% tags=["demo"]
 interval_traces = {k: throughput.traced(BASE.replace(checkpoint=SyncCheckpoint(k)), seed=0) for k in (2, 4, 8, 16)}
@@ -219,7 +240,10 @@ explorer
 # A race that shows up only sometimes teaches nothing, so `throughput.race` forces it: the saver's
 # thread waits on a `threading.Event` until the trainer has run 3 more steps, then writes. The
 # checkpoint is compared, tensor by tensor with `torch.equal`, with a deep copy of the state taken at
-# the requested step.
+# the requested step, and with deep copies taken after each later step, which say where each saved
+# tensor comes from (`from_step`: the number of updates of the state it equals). The learning rate is
+# a float in the optimizer's param group, which `optimizer.state_dict()` copies when it is called;
+# `lr_from` says which step's it is.
 #
 # **Predict.** With the live state dicts, how many of the checkpoint's tensors (parameters, Adam's
 # moments and step counts) will differ from the state at the requested step: none, a few, or all?
@@ -228,21 +252,49 @@ explorer
 prediction = None  # your guess: "none", "a few" or "all"
 
 # %% tags=["demo"]
+from collections import Counter
+
+
+def provenance(r):
+    """How many saved tensors of each part come from the state after how many updates."""
+    counts = Counter((name.split("/")[1], k) for name, k in r.from_step.items())
+    return ", ".join(f"{n} {part} tensors from step {k}" for (part, k), n in sorted(counts.items(), key=str)) + \
+        f"; the learning rate from step {r.lr_from}"
+
+
 live = throughput.race(BASE, throughput.live_state, save_at=4, steps_after=3)
 print(f"requested at step {live.step}, written {live.steps_after} steps later: "
       f"{len(live.differ)} of {live.compared} tensors differ, e.g. {live.differ[:3]}")
+print("where each saved piece comes from:", provenance(live))
 reveal("tensors that differ", prediction,
        "none" if not live.differ else "all" if len(live.differ) == live.compared else "a few")
 
 # %% [markdown]
-# Every tensor differs, the step counters too: the file is a coherent state of *no* step. Under a
-# real schedule it is worse, a mixture (the tensors serialised before an update from one step, those
-# after from another). The fix is a copy taken **at the step**, on the training thread, before it
-# goes on; the thread then owns tensors nothing else touches. `throughput.snapshot` deep-copies:
+# Every tensor differs, the step counters too, and the provenance line says how: every tensor in
+# the file is the state after step 7, written under the label of step 4, while the learning rate
+# beside them is step 4's. A resume from it would start from step 7's weights and moments, count
+# steps from 4 and replay steps 4 to 6's batches: wrong, and nothing in the file says so.
+#
+# A real asynchronous save can also leave a file with tensors from *two* steps: one that copies the
+# state lazily, part by part, and lets training go on before it has finished. `throughput.model_first`
+# is such a half-done copy: it copies the model's tensors at the step and hands the optimizer's state
+# over live.
+
+# %% tags=["demo"]
+half = throughput.race(BASE, throughput.model_first, save_at=4, steps_after=3)
+print(f"model copied at the step, optimizer live: {len(half.differ)} of {half.compared} tensors differ")
+print("where each saved piece comes from:", provenance(half))
+
+# %% [markdown]
+# The weights are step 4's and Adam's moments and step counts are step 7's: a mixture of steps that
+# no run ever passed through. The fix is a copy of **all** of it taken **at the step**, on the
+# training thread, before it goes on; the thread then owns tensors nothing else touches.
+# `throughput.snapshot` deep-copies:
 
 # %% tags=["demo"]
 copied = throughput.race(BASE, throughput.snapshot, save_at=4, steps_after=3)
 print(f"with a copy at the step: {len(copied.differ)} of {copied.compared} differ, bit-exact: {copied.exact}")
+print("where each saved piece comes from:", provenance(copied))
 
 # %% [markdown]
 # And the checkpoint does what a checkpoint is for: a run resumed from it continues **bit for bit**
@@ -345,73 +397,8 @@ plt.show()
 
 # %% [markdown]
 # The positions curve cannot tell a batch of long sequences from a batch of short ones, and a change
-# that adds padding (a larger maximum length, no bucketing by length) *raises* it while the real
-# curve falls. Compare runs, and set alerts, on scored tokens per second.
-#
-# ## A scheduled profiler trace
-#
-# `torch.profiler.profile` with `schedule(wait=1, warmup=1, active=3)` skips one step, warms up on
-# one (recording, then discarding), and records three; `prof.step()` marks each step.
-# `key_averages()` sums the recorded operators (times change from run to run):
-
-# %% tags=["demo"]
-# NBVAL_IGNORE_OUTPUT
-prof = throughput.profile_steps(start(BASE, seed=0), wait=1, warmup=1, active=3)
-print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
-
-# %% [markdown]
-# ## FLOPs, the 6·N rule, and MFU
-#
-# `FlopCounterMode` counts one step's forward and backward. Its conventions: a matmul of (M, K) by
-# (K, N) is 2·M·N·K FLOPs (a multiply and an add each count one); elementwise ops, softmax and layer
-# norm count 0. The rule of thumb: 6·N FLOPs per position for a model whose matmuls hold N
-# parameters (2·N forward, 4·N backward; embedding tables are lookups, not matmuls), plus attention's
-# two T×T matmuls per layer, which the rule leaves out. Positions include padding: the hardware
-# computes them.
-
-# %%
-counted, by_op = throughput.counted_flops(BASE)
-rule = throughput.rule_flops(BASE)
-print(f"counted by FlopCounterMode: {counted:,} FLOPs per step, by operator {by_op}")
-print(f"6 N per position:           {rule['6N']:,} (N = {rule['N']:,} matmul parameters)")
-print(f"attention matmuls:          {rule['attention']:,}")
-print(f"rule total:                 {rule['total']:,}; counted / rule = {counted / rule['total']:.4f}")
-
-# %% [markdown]
-# This model's attention computes the scores with plain matmuls, so the counter sees them; a model
-# that calls `scaled_dot_product_attention` on CPU would be counted 0 there (check the by-operator
-# list for what is missing). **MFU** (model FLOPs utilisation) = model FLOPs per step / step time /
-# peak. Each convention, stated: model FLOPs = the counted forward + backward above (no recompute);
-# step time = the median real step of the healthy run above (one thread, this machine, now); peak =
-# this machine's float32 matmul rate on one thread, measured with a timed 256×256 matmul (best of
-# five), not a number from a data sheet.
-
-# %% tags=["demo"]
-# NBVAL_IGNORE_OUTPUT
-peak = throughput.matmul_peak(256)
-step = statistics.median(throughput.step_times(healthy_wall))
-print(f"peak {peak / 1e9:.2f} GFLOP/s; achieved {counted / step / 1e9:.3f} GFLOP/s; MFU {counted / step / peak:.1%}")
-
-# %% [markdown]
-# A tiny model on a CPU is far from its peak: each operator is small and Python's per-operator
-# overhead dominates. The number says how much of the machine the step uses; whether it can go higher
-# is for the profiler to say.
-#
-# ## What instrumentation costs
-#
-# Measuring changes what is measured. `throughput.overhead` switches per-layer telemetry
-# (`course.telemetry`: seven statistics per parameter tensor, each a `.item()`) on and off in
-# alternating blocks of one run and compares the median step times (a ratio within one run, so the
-# machine's load cancels):
-
-# %% tags=["demo"]
-# NBVAL_IGNORE_OUTPUT
-cost = throughput.overhead(start(BASE, seed=0), blocks=6, block=8)
-print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['on']:.2f} ms, ratio {cost['ratio']:.2f}")
-
-# %% [markdown]
-# The phase timer itself costs nine clock reads per step. Log per-layer statistics every k steps, not
-# every step, and never with one `.item()` per tensor on an accelerator.
+# that adds padding (a larger maximum length, no bucketing by length) does not lower it (under this
+# cost model a step costs the same per position, padded or not) while the real curve falls. Compare runs, and set alerts, on scored tokens per second.
 #
 # ## Exercise 2: a mystery pipeline
 #
@@ -600,6 +587,109 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-06-f71") for i
 # * **Resumed equals uninterrupted** proves the checkpoint held everything this pipeline needs; with
 #   dropout or a shuffled data loader it would also need the RNG states and the loader's position.
 # * **Scored tokens per second** measures training signal; positions per second measures the
-#   hardware's work. MFU depends on its conventions (what counts as a FLOP, forward and backward,
-#   which peak), so a number without them cannot be compared.
-# * **The profiler and the telemetry** change what they measure: measure their cost as a ratio.
+#   hardware's work. A utilisation depends on its conventions (what counts as a FLOP, forward and
+#   backward, and what it divides by: MFU divides by the hardware's peak, the appendix by a measured
+#   matmul rate), so a number without them cannot be compared.
+# * **The profiler and the telemetry** can change what they measure: measure their cost as a ratio
+#   within one run (appendix).
+
+# %% [markdown]
+# ## Appendix (optional, not graded): inside a phase, and the cost of looking
+#
+# The regression check names the phase a slowdown lives in. The next questions are which operators
+# inside a step take the time (a profiler trace), how far the step is from what this machine's
+# matmuls can do (FLOPs and a utilisation), and what the measuring itself costs. Nothing below is
+# needed by the exercises.
+#
+# ### A scheduled profiler trace
+#
+# `torch.profiler.profile` with `schedule(wait=1, warmup=1, active=3)` skips one step, warms up on
+# one (recording, then discarding), and records three; `prof.step()` marks each step.
+# `key_averages()` sums the recorded operators (times change from run to run):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+prof = throughput.profile_steps(start(BASE, seed=0), wait=1, warmup=1, active=3)
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+
+# %% [markdown]
+# ### FLOPs, the 6·N rule, and a utilisation (not MFU)
+#
+# `FlopCounterMode` counts one step's forward and backward. Its conventions: a matmul of (M, K) by
+# (K, N) is 2·M·N·K FLOPs (a multiply and an add each count one); elementwise ops, softmax and layer
+# norm count 0. The rule of thumb: 6·N FLOPs per position for a model whose matmuls hold N
+# parameters (2·N forward, 4·N backward; embedding tables are lookups, not matmuls), plus attention's
+# two T×T matmuls per layer, which the rule leaves out. Positions include padding: the hardware
+# computes them.
+
+# %%
+counted, by_op = throughput.counted_flops(BASE)
+rule = throughput.rule_flops(BASE)
+print(f"counted by FlopCounterMode: {counted:,} FLOPs per step, by operator {by_op}")
+print(f"6 N per position:           {rule['6N']:,} (N = {rule['N']:,} matmul parameters)")
+print(f"attention matmuls:          {rule['attention']:,}")
+print(f"rule total:                 {rule['total']:,}; counted / rule = {counted / rule['total']:.4f}")
+
+# %% [markdown]
+# This model's attention computes the scores with plain matmuls, so the counter sees them; a model
+# that calls `scaled_dot_product_attention` on CPU would be counted 0 there (check the by-operator
+# list for what is missing).
+#
+# **MFU** (model FLOPs utilisation, Chowdhery et al. 2022, PaLM, section 4.1 and appendix B) = model
+# FLOPs per step / step time / the hardware's **peak** FLOP/s: the data-sheet number for the chips
+# and the dtype (times the number of chips), with model FLOPs counting forward and backward and no
+# recomputation. A CPU has no such number in this notebook, so the cell below divides by something
+# else: this machine's float32 matmul rate on one thread, *measured* with a timed 256×256 matmul
+# (best of five). A measured rate is below the peak, so the figure below, the **utilisation of the
+# measured matmul rate**, is higher than MFU would be; do not compare it with published MFUs. Its
+# other conventions: model FLOPs = the counted forward + backward above; step time = the median real
+# step of the healthy run at the top of the notebook (one thread, this machine, now).
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+rate = throughput.matmul_peak(256)  # a measured rate, not the hardware's peak
+step = statistics.median(throughput.step_times(healthy_wall))
+print(f"measured 256x256 matmul rate {rate / 1e9:.2f} GFLOP/s; achieved {counted / step / 1e9:.3f} GFLOP/s; "
+      f"utilisation of the measured matmul rate {counted / step / rate:.1%} (not MFU: MFU divides by the peak)")
+
+# %% [markdown]
+# A tiny model on a CPU reaches a small fraction of even the measured rate (the percentage printed
+# above): its operators are small, and the profiler table above shows much of the time outside the
+# matmuls. Whether the step can go faster is for the profiler to say, not this ratio.
+#
+# ### What instrumentation costs
+#
+# Measuring can change what is measured. `throughput.overhead` switches per-layer telemetry
+# (`course.telemetry`: seven statistics per parameter tensor, each a `.item()`) on and off in
+# alternating blocks of one run and compares the median step times (a ratio within one run, so a
+# steady load on the machine cancels):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+cost = throughput.overhead(start(BASE, seed=0), blocks=6, block=8)
+print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['on']:.2f} ms, ratio {cost['ratio']:.2f}")
+
+# %% [markdown]
+# The ratio printed above is the telemetry's cost at this size, on this machine, under its load at the
+# time: alternating blocks spread a changing load over both modes, they do not remove it, so a ratio
+# close to 1 (on either side) is within the noise, and a ratio below 1 is noise, not telemetry making
+# steps faster. On an accelerator each `.item()` also waits for the device; the same measurement is how
+# you find out, and if the cost is not small, log per-layer statistics every k steps.
+#
+# The loop's own timer is nine clock reads per step, but two phases also hold the loop's own
+# telemetry: `bwd` includes the gradient norm (a norm per gradient and an `.item()`) and the clipping,
+# and `opt` includes two flat copies of every parameter (before and after the update, for the
+# relative update size). `throughput.loop_extras` times those apart, right before a short healthy run
+# whose phase medians they are compared with (both on the real clock, so close in time):
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+extras = throughput.loop_extras(start(BASE, seed=0))
+medians = throughput.phase_medians(train_steps(start(BASE, seed=0), 20, eval_every=0))
+for p in ("bwd", "opt"):
+    print(f"{p}: phase median {1e3 * medians[p]:.3f} ms, of which the loop's telemetry {1e3 * extras[p]:.3f} ms "
+          f"({extras[p] / medians[p]:.0%})")
+
+# %% [markdown]
+# So a `bwd` or `opt` phase is not pure backward or optimizer time: compare phases with a baseline run
+# by the same loop (as the regression check does), not with a backward pass timed on its own.
