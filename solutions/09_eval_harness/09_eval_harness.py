@@ -637,8 +637,8 @@ for name, p in mysteries.items():
     print(f"{name:>10}: acc {r.acc:.3f}, acc_norm {r.acc_norm:.3f}")
 
 # %% [markdown]
-# A score tells you *that* something differs, rarely *which stage*, and two stages here move no score
-# at all. Test each stage against its specification, on inputs you choose. The stages are parts of
+# A score tells you *that* something differs, rarely *which stage*, and some bugs of the table above
+# move the score by no more than its noise (`norm-by-sequence-length`, `fewshot-count-ignored`). Test each stage against its specification, on inputs you choose. The stages are parts of
 # `pipe`, and you may call them:
 #
 # | part | call | specification |
@@ -807,7 +807,7 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _Pipeline(), salt="h-09-f17") 
 # %% [markdown]
 # ## What each test can and cannot prove
 #
-# * **Held-out likelihood near the floor** proves the model predicts this text; it says nothing about
+# * **Held-out likelihood near the floor** shows that the model predicts this text; it says nothing about
 #   a task whose prompt is not written like the text.
 # * **The exact chain's accuracy** on the same items shows that the items can be solved from the
 #   question and gives a reference, with its standard error; it is not a ceiling (a rule that knows
