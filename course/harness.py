@@ -10,8 +10,11 @@ letter are determined, so the chain's character-level log-probability is its wor
 
 **The task.** ``make_task``: each item is a question (``question_words`` words of the chain) and four
 options of one to three words; the gold option is the chain's own continuation, the three others are
-stretches of the chain that started elsewhere. The exact chain prefers the gold option on most items
-(``chain_accuracy``), never on all: the answer is known, the ceiling is measured.
+stretches of the chain that started elsewhere. Ranking the options by the exact chain's
+``P(option | question)`` (``chain_scores``) picks the gold option on most items, not on all: a
+measured reference, not a ceiling. The distractors are drawn independently of the question, from the
+stationary start, so the rule that uses how the items were made ranks by
+``P(option | question) / P(option)`` (``chain_prior_logprob``), and a model can beat the first rule.
 
 **The harness.** ``run(model, pipe, task, num_fewshot, seed)`` follows lm-evaluation-harness's
 multiple-choice recipe, with every stage a part of the ``Pipeline`` (so a bug in one is a part swap):
@@ -211,6 +214,17 @@ def heldout_loss(model, n_docs: int = 400, seed: int = 2) -> float:
     return float(F.cross_entropy(model(w[:, :-1]).flatten(0, 1), w[:, 1:].flatten()))
 
 
+def token_unigram_entropy() -> float:
+    """The best expected loss per *token* of a model that ignores context (nats): the entropy of the
+    token distribution of the corpus. A line is ``DOC_WORDS + 1`` tokens: a start-of-line word form,
+    ``DOC_WORDS - 1`` word forms with their space, and the newline; every word position is distributed
+    as the chain's stationary distribution (the chain starts there). ``language().unigram_entropy``
+    is the same quantity per *word*, over 16 words only."""
+    lang, D = language(), DOC_WORDS
+    kinds = torch.tensor([1.0, 1.0, D - 1.0], dtype=torch.float64) / (D + 1)  # newline, line start, inside
+    return float(entropy(kinds) + D / (D + 1) * lang.unigram_entropy)
+
+
 def token_floor() -> float:
     """The best expected loss per token of a line of the corpus: its first word has no context
     (unigram entropy), every later word follows the chain (entropy rate), and the newline is certain. A window that starts inside a line sees less, so a trained model sits above it."""
@@ -279,6 +293,18 @@ def chain_logprob(item: Item, j: int) -> float:
     for s in item.choice_symbols[j]:
         total += math.log(float(T[prev, s]))
         prev = s
+    return total
+
+
+def chain_prior_logprob(item: Item, j: int) -> float:
+    """The log-probability of choice ``j`` as a distractor is drawn: a stretch of the chain that starts
+    from the stationary distribution, whatever the question (in nats). ``chain_logprob(item, j) -
+    chain_prior_logprob(item, j)`` is the score of the rule that knows how the items were made."""
+    lang = language()
+    symbols = item.choice_symbols[j]
+    total = math.log(float(lang.stationary[symbols[0]]))
+    for a, b in zip(symbols, symbols[1:]):
+        total += math.log(float(lang.transition[a, b]))
     return total
 
 
@@ -372,7 +398,10 @@ def build_context(pipe, task: Task, index: int, num_fewshot: int, seed: int = 0)
 
 def run(model, pipe, task: Task, num_fewshot: int = 0, seed: int = 0) -> Result:
     """Evaluate ``model`` on ``task`` with the harness parts of ``pipe``: context and continuation
-    are tokenized separately (as lm-evaluation-harness does), truncated, scored in one batch."""
+    are tokenized **separately** (``encode(context)`` and ``encode(continuation)``), truncated,
+    scored in one batch. lm-evaluation-harness does otherwise for decoder-only models (see
+    ``encode_pair_lm_eval``); the two rules agree when the context does not end in whitespace and
+    the continuation starts at a token boundary, as in the healthy harness here."""
     n_ctx = model.cfg.n_ctx
     contexts, conts, lengths, scored_contexts = [], [], [], []
     for i, item in enumerate(task.items):
@@ -390,6 +419,20 @@ def run(model, pipe, task: Task, num_fewshot: int = 0, seed: int = 0) -> Result:
     gold = torch.tensor([it.gold for it in task.items])
     correct, correct_norm = correct_per_item(lls, lengths_t, gold)
     return Result(lls, lengths_t, gold, correct, correct_norm, scored_contexts)
+
+
+def encode_pair_lm_eval(context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """lm-evaluation-harness's rule for decoder-only models (``_encode_pair``, in
+    ``lm_eval/api/model.py``; earlier in ``lm_eval/models/huggingface.py``), with this tokenizer:
+    the context's trailing whitespace is moved to the front of the continuation, ``context +
+    continuation`` is encoded whole, and the continuation's tokens are those after the (stripped)
+    context's encoding. Only for seq2seq models does lm-evaluation-harness encode the two parts
+    separately. ``run`` encodes them separately."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
+    whole, ctx = encode(context + continuation), encode(context)
+    return ctx, whole[len(ctx):]
 
 
 def correct_per_item(lls: torch.Tensor, lengths: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -468,8 +511,10 @@ def ngram_overlap(item_text: str, train_grams: set, n: int) -> float:
 
 def contamination(item_texts: list[str], train_text: str, n: int, threshold: float = 1.0) -> tuple[float, list[float]]:
     """(share of items flagged, per-item overlap): an item is flagged when at least ``threshold`` of
-    its word ``n``-grams occur in ``train_text`` (1.0: all of them). The answer depends on ``n`` and
-    on how repetitive the source is: state ``n``, and compare with fresh items of the same source."""
+    its word ``n``-grams occur in ``train_text`` (1.0, the default: all of them, so a whole item must
+    appear; a tiny positive threshold flags any collision, the GPT-3-style rule). The answer depends
+    on ``n``, on the rule and on how repetitive the source is: state them, and compare with fresh
+    items of the same source."""
     train_grams = ngrams(train_text, n)
     per_item = [ngram_overlap(t, train_grams, n) for t in item_texts]
     return sum(o >= threshold for o in per_item) / max(1, len(per_item)), per_item

@@ -60,18 +60,31 @@ print("its tokens:         ", [harness.VOCAB[i] for i in harness.encode(line)])
 # %%
 model = harness.train_model(steps=250, keep=(20, 200))
 heldout = harness.heldout_loss(model)
-print(f"held-out loss {heldout:.3f} nats per token; floor {harness.token_floor():.3f} "
-      f"(a model that ignores context: about {lang.unigram_entropy:.3f})")
+print(f"held-out loss {heldout:.3f} nats per token; floor of the chain {harness.token_floor():.3f} nats per token")
 
 # %% [markdown]
-# The loss curve, with the two reference lines: the loss of the best model that ignores context and
-# the floor of the chain itself (the floor assumes each line seen from its start; training windows
+# A model that ignores context can do no better than the entropy of the unigram distribution, and
+# that number has a unit. Per *word* (16 words, the chain's stationary distribution) it is
+# `lang.unigram_entropy`; per *token*, the unit of the loss and of the floor, the distribution also
+# holds the newline and the start-of-line form of every word (`harness.token_unigram_entropy()`).
+# The last line counts the corpus's tokens to check the per-token figure.
+
+# %%
+ids = harness.corpus_tokens()
+freq = torch.bincount(ids, minlength=len(harness.VOCAB)).double() / len(ids)
+print(f"no context, per word:  {lang.unigram_entropy:.3f} nats (over the 16 words)")
+print(f"no context, per token: {harness.token_unigram_entropy():.3f} nats (words, start-of-line forms and the newline)")
+print(f"counted on the corpus: {float(-(freq[freq > 0] * freq[freq > 0].log()).sum()):.3f} nats per token")
+
+# %% [markdown]
+# The loss curve, with the two reference lines in the same unit, nats per token: the loss of the
+# best model that ignores context and the floor of the chain itself (the floor assumes each line seen from its start; training windows
 # start anywhere in a line, so a good model sits a little above it).
 
 # %% tags=["demo"]
 fig, ax = plt.subplots(figsize=(6, 3.2))
 ax.plot(model.history, lw=1, label="training loss")
-ax.axhline(lang.unigram_entropy, color="grey", ls="--", label="no context (unigram entropy)")
+ax.axhline(harness.token_unigram_entropy(), color="grey", ls="--", label="no context (token unigram entropy)")
 ax.axhline(harness.token_floor(), color="black", ls=":", label="floor of the chain")
 ax.set_xlabel("step")
 ax.set_ylabel("loss (nats per token)")
@@ -85,8 +98,13 @@ plt.show()
 #
 # Each item is a question of four words and four options of one to three words. The gold option is
 # the chain's own continuation; the others are stretches of the chain that started elsewhere. Since
-# the chain is known, so is every option's exact log-probability (`harness.chain_logprob`), and the
-# accuracy of the exact chain itself: the ceiling on these items.
+# the chain is known, so is every option's exact log-probability given the question
+# (`harness.chain_logprob`), and the accuracy of ranking the options by it: a **reference** for these
+# items, printed with its binomial standard error `sqrt(p(1 - p)/n)`. It is not a ceiling: the
+# distractors are drawn independently of the question, so `argmax P(option | question)` is not the
+# best rule. The rule that uses how the items were made divides by each option's own probability as
+# a distractor, `P(option | question) / P(option)` (`harness.chain_prior_logprob`); its accuracy is
+# the last line.
 
 # %%
 task = harness.make_task(200, seed=0)
@@ -95,8 +113,16 @@ print("question:", repr(harness.render(item.question)), " options:", item.choice
 chain_lls, chain_lengths = harness.chain_scores(task)
 gold = torch.tensor([it.gold for it in task.items])
 chain_right, chain_right_norm = harness.correct_per_item(chain_lls, chain_lengths, gold)
-print(f"the exact chain on these {len(task)} items: acc {chain_right.double().mean():.3f}, "
-      f"acc_norm {chain_right_norm.double().mean():.3f} (chance 0.25)")
+def with_se(right):
+    p = right.double().mean().item()
+    return f"{p:.3f} ± {(p * (1 - p) / len(right)) ** 0.5:.3f}"
+
+print(f"the exact chain on these {len(task)} items (± one standard error): acc {with_se(chain_right)}, "
+      f"acc_norm {with_se(chain_right_norm)} (chance 0.25)")
+prior = torch.tensor([[harness.chain_prior_logprob(it, j) for j in range(len(it.choices))] for it in task.items],
+                     dtype=torch.float64)
+bayes_right = (chain_lls - prior).argmax(dim=1) == gold
+print(f"ranked by P(option | question) / P(option): acc {with_se(bayes_right)}")
 
 # %% [markdown]
 # ## The symptom: good likelihood, weak task score
@@ -140,7 +166,8 @@ print("a training document, for comparison:", repr(line))
 # Write `option_logprob(model, context, choice, delimiter=" ")`: the sum of the log-probabilities
 # (natural log) of the tokens of `delimiter + choice`, each given the context and the option's earlier
 # tokens. Tokenize the two parts **separately**, `harness.encode(context)` and
-# `harness.encode(delimiter + choice)` (as lm-evaluation-harness does), feed the model their
+# `harness.encode(delimiter + choice)` (this harness's rule; lm-evaluation-harness's differs, see
+# after the exercise), feed the model their
 # concatenation without its last token (a `(1, L)` long tensor; the logits are `(1, L, vocab)`), and
 # sum the log-softmax at the continuation's positions. The inputs fit the model's window (no
 # truncation). Return a Python float (a 0-d tensor is accepted); compared with the reference to
@@ -199,6 +226,36 @@ ctx = harness.render(item.question)
 for choice in item.choices:
     print(f"{choice!r:>18}: with ' ' {option_logprob(model, ctx, choice):7.2f}   without {option_logprob(model, ctx, choice, ''):7.2f}"
           f"   tokens {[harness.VOCAB[i] for i in harness.encode(' ' + choice)]} vs {[harness.VOCAB[i] for i in harness.encode(choice)]}")
+
+# %% [markdown]
+# Where the context ends and the continuation starts is a convention too. This harness (and
+# Exercise 1) encodes the two parts separately. lm-evaluation-harness, for decoder-only models
+# (`_encode_pair`, in `lm_eval/api/model.py`; earlier in `lm_eval/models/huggingface.py`), moves the
+# context's trailing whitespace to the front of the continuation, encodes context + continuation
+# whole, and scores the tokens after the (stripped) context's encoding; it encodes the parts
+# separately only for seq2seq models. `harness.encode_pair_lm_eval` is that rule with this tokenizer.
+# The first line checks that the two rules agree on every option of every healthy three-shot context;
+# the next two show where they differ: a context that ends with a space, the `template-trailing-space`
+# bug.
+
+# %% tags=["demo"]
+def split_here(context, continuation):
+    return harness.encode(context), harness.encode(continuation)
+
+agree = all(split_here(ctx3, " " + c) == harness.encode_pair_lm_eval(ctx3, " " + c)
+            for i, it in enumerate(task.items) for ctx3 in [harness.build_context(HEALTHY, task, i, 3)] for c in it.choices)
+print("healthy template, 3-shot: both rules give the same tokens on every option:", agree)
+spaced = harness.render(item.question) + " "  # what template-trailing-space writes
+for rule, (c_ids, k_ids) in (("this harness", split_here(spaced, " " + item.choices[0])),
+                             ("lm-eval's rule", harness.encode_pair_lm_eval(spaced, " " + item.choices[0]))):
+    print(f"trailing-space template, {rule:>14}: context ends {[harness.VOCAB[i] for i in c_ids[-2:]]}, "
+          f"scored {[harness.VOCAB[i] for i in k_ids]}")
+
+# %% [markdown]
+# Both rules feed the model the same sequence, with a lone `' '` token that the training text never
+# has; this harness conditions on it, lm-evaluation-harness's rule scores it as part of every option.
+# The rule does not undo a template that ends with the space the delimiter adds again: it moves the
+# extra space, and the bug is still the template's.
 
 # %% [markdown]
 # ## Exercise 2: acc and acc_norm
@@ -303,13 +360,31 @@ x = torch.arange(len(names)).float()
 ax.bar(x - 0.2, [table[n][1].acc for n in names], 0.4, label="acc, 3-shot")
 ax.bar(x + 0.2, [table[n][1].acc_norm for n in names], 0.4, label="acc_norm, 3-shot")
 ax.axhline(0.25, color="grey", ls="--", label="chance (4 options)")
-ax.axhline(float(chain_right.double().mean()), color="black", ls=":", label="exact chain, acc")
+ax.axhline(float(chain_right.double().mean()), color="black", ls=":", label="exact chain's acc (a reference)")
 ax.set_xticks(x.tolist(), names, rotation=35, ha="right", fontsize=8)
 ax.set_ylabel("share of items right")
 ax.set_ylim(0, 1)
 ax.legend(fontsize=8, ncol=2)
 ax.set_title("One model, ten harnesses")
 plt.show()
+
+# %% [markdown]
+# Differences of a few items need their noise. For two runs on the same items the standard error of
+# the difference in `acc` is that of the per-item differences, `sd(b - a) / sqrt(n)`; here for the
+# bug that drops the few-shot examples, against the healthy harness at three shots.
+
+# %% tags=["demo"]
+def paired_difference(a, b):
+    d = b.double() - a.double()
+    return d.mean().item(), (d.std(unbiased=True) / len(d) ** 0.5).item()
+
+ignored3, healthy3 = table["fewshot-count-ignored"][1], table["healthy"][1]
+diff, se = paired_difference(ignored3.correct, healthy3.correct)
+print(f"3-shot acc, healthy - fewshot-count-ignored: {diff:+.3f} ± {se:.3f} (one paired standard error), "
+      f"{diff / se:.1f} standard errors")
+print("item by item (A = fewshot-count-ignored, B = healthy):", harness.item_diff(ignored3.correct, healthy3.correct))
+print("fewshot-count-ignored at 3 shots scores every item as healthy 0-shot does:",
+      torch.equal(ignored3.correct, table["healthy"][0].correct))
 
 # %% [markdown]
 # What the table shows, bug by bug:
@@ -325,9 +400,15 @@ plt.show()
 #   less of it), and `acc` moves too, item by item.
 # * **The wrong length** (`norm-by-token-count`, `norm-by-sequence-length`) changes only `acc_norm`,
 #   and only a little: a score drop will not find it, a check of the stage will.
-# * **The few-shot count ignored** (`fewshot-count-ignored`) changes nothing here, because only the
-#   last word of the question carries information in this language. It still changes what was
-#   measured: three-shot results that were in fact zero-shot.
+# * **The few-shot count ignored** (`fewshot-count-ignored`): its three-shot run scores every item
+#   as the healthy zero-shot run does (the check printed above), and its three-shot `acc` is below
+#   the healthy three-shot `acc` by the difference printed above, a handful of items, under two
+#   paired standard errors. At 200 items that is not evidence that the examples help, nor that they
+#   do not. (For the exact chain the examples cannot matter, since a first-order chain reads only the
+#   question's last word; the model is not the exact chain, and the healthy row of the next section
+#   moves between zero and two shots.) Whatever the score, the bug changes what was measured:
+#   "three-shot" results that were in fact zero-shot, which a check of the stage finds and a score
+#   comparison at this sample size does not.
 #
 # ## The few-shot count, and the context it consumes
 #
@@ -409,9 +490,11 @@ reveal("paired against unpaired interval, step 200 against step 250", prediction
 # of the per-item correctness of runs A and B **on the same items**. Return `True` only when B is
 # better than A beyond the noise of the item sample: draw at least 1000 bootstrap resamples of the
 # item indices (seed your generator), compute mean(b − a) on each with the **same** indices for both
-# runs, and say `True` when the 2.5% percentile of those means is above zero (a one-sided test at the
-# 5% level, or a paired normal approximation, gives the same answers on the graded cases). B worse
-# than A is `False`. Graded by mutation on seeded pairs: reruns of one model that happen to score a
+# runs, and say `True` when the 2.5% percentile of those means is above zero: the two-sided 95%
+# percentile interval lies above zero, which is a one-sided test at the 2.5% level. (A one-sided test
+# at 5%, or a paired normal approximation, gives the same answers on the graded cases: their noise
+# pairs are within one paired standard error of no difference, their real gains at least 2.5 above
+# it, see `harness.judge_cases`.) B worse than A is `False`. Graded by mutation on seeded pairs: reruns of one model that happen to score a
 # little higher (noise), and real gains, some small but consistent. A judge that always says
 # `True`, never says it, compares the two means, or resamples the runs independently scores nothing.
 # `harness.significantly_better`, `paired_bootstrap`, `bootstrap_ci` and `unpaired_bootstrap` are
@@ -443,8 +526,13 @@ _assert_detector(lambda pair: significantly_better(*pair), _noise, _real, "judge
 # ## Was the task in the training data? An n-gram check, with its n
 #
 # A model that saw the test items while training scores them better than their difficulty says. The
-# check compares each item's text (question and gold answer) with the training text: an item is
-# flagged when **all** its word n-grams occur there. The answer depends on n and on how repetitive
+# check compares each item's text (question and gold answer) with the training text: this harness
+# flags an item when **all** its word n-grams occur there (`harness.contamination`'s default
+# threshold), so the whole item must appear. GPT-3-style checks flag an item on **any** collision,
+# one shared n-gram (GPT-3's n varied by dataset). The strict rule is chosen here because the chain
+# is repetitive: chance collisions are common, and requiring all n-grams keeps them rare at shorter
+# n; the any-collision rule also finds partial leaks, at the price of more chance matches (shown
+# below). The answer depends on n and on how repetitive
 # the source is, so it needs a control: fresh items of the same source, which no training text
 # contains on purpose. Below, items with 12-word questions, and a training text with 30% of them
 # pasted in (as a test set leaks into a crawl), against the clean text.
@@ -482,12 +570,22 @@ ax.set_title("An n-gram check needs its n and a control")
 plt.show()
 
 # %% [markdown]
-# In a low-entropy source short n-grams repeat everywhere: at small n the check flags most items,
-# leaked or not, and proves nothing. The evidence is the *excess* of the task's items over fresh
+# The fresh items on the clean text, and the task's items on the leaky one, under the any-collision
+# rule (an item is flagged when at least one of its n-grams occurs in the training text):
+
+# %% tags=["demo"]
+for name, (texts, train) in {"fresh items, clean text": (fresh_text, clean_text),
+                             "task items, leaky text": (items_text, leaky_text)}.items():
+    shares = [harness.contamination(texts, train, n, threshold=1e-9)[0] for n in ns]
+    print(f"any collision, {name:>23}: " + "  ".join(f"n={n}: {s:.2f}" for n, s in zip(ns, shares)))
+
+# %% [markdown]
+# In a low-entropy source short n-grams repeat everywhere: at small n either rule flags most items,
+# leaked or not, and shows nothing; the any-collision rule needs a longer n for the same control. The evidence is the *excess* of the task's items over fresh
 # items of the same source, at an n long enough for chance matches to be rare; there the leaky text
-# stands out and the clean one does not. Published checks state their n (GPT-3 used 13-grams); a
-# share flagged without its n and its control is not a contamination result, and a leak shorter than
-# n, or paraphrased, passes unseen.
+# stands out and the clean one does not. Published checks state their n and their rule (GPT-3:
+# any shared n-gram, with n set per dataset); a share flagged without its n, its rule and its
+# control is not a contamination result, and a leak shorter than n, or paraphrased, passes unseen.
 #
 # The same check on real English: the help topics that ship with Python (`pydoc_data`). "Training
 # text" is every other topic; the items are 20-word passages, some from training topics and some
@@ -539,8 +637,8 @@ for name, p in mysteries.items():
     print(f"{name:>10}: acc {r.acc:.3f}, acc_norm {r.acc_norm:.3f}")
 
 # %% [markdown]
-# A score tells you *that* something differs, rarely *which stage*, and two stages here move no score
-# at all. Test each stage against its specification, on inputs you choose. The stages are parts of
+# A score tells you *that* something differs, rarely *which stage*, and some bugs of the table above
+# move the score by no more than its noise (`norm-by-sequence-length`, `fewshot-count-ignored`). Test each stage against its specification, on inputs you choose. The stages are parts of
 # `pipe`, and you may call them:
 #
 # | part | call | specification |
@@ -709,11 +807,12 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _Pipeline(), salt="h-09-f17") 
 # %% [markdown]
 # ## What each test can and cannot prove
 #
-# * **Held-out likelihood near the floor** proves the model predicts this text; it says nothing about
+# * **Held-out likelihood near the floor** shows that the model predicts this text; it says nothing about
 #   a task whose prompt is not written like the text.
-# * **The exact chain's accuracy** on the same items proves the items are solvable and sets the
-#   ceiling; on real tasks, where no exact model exists, a strong reference model or human answers play
-#   that part, less exactly.
+# * **The exact chain's accuracy** on the same items shows that the items can be solved from the
+#   question and gives a reference, with its standard error; it is not a ceiling (a rule that knows
+#   how the distractors were drawn does better, and so can a model). On real tasks, where no exact
+#   model exists, a strong reference model or human answers play that part, less exactly.
 # * **Reading what the harness feeds the model** (the context and the continuation's tokens) finds
 #   template, delimiter and truncation bugs directly; a score drop only says that something differs.
 # * **A stage test against its specification** proves that stage right on the inputs tried: choose
@@ -723,7 +822,8 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _Pipeline(), salt="h-09-f17") 
 #   by characters, as lm-evaluation-harness does. Compare numbers only under the same convention,
 #   template, delimiter and `num_fewshot`.
 # * **A bootstrap interval** covers the noise of the item sample, not a changed harness; **the paired
-#   bootstrap** is the one for two runs on the same items. An improvement inside the noise is not an
-#   improvement.
-# * **An n-gram check** flags shared text at the stated n; without fresh items of the same source as a
+#   bootstrap** is the one for two runs on the same items. A difference inside the noise is not
+#   evidence of an improvement at this sample size (there may be one, too small for these items to
+#   show).
+# * **An n-gram check** flags shared text at the stated n and rule (here: all n-grams); without fresh items of the same source as a
 #   control, its rate means nothing, and it cannot see paraphrased or shorter leaks.
