@@ -7,8 +7,10 @@ What runs everywhere (CPU included):
   clip, step, update), returning whether the optimizer step was skipped. ``scaler.step`` itself
   returns what ``optimizer.step()`` returned (``None`` for the built-in optimizers) whether it
   stepped or not: a skip shows as the scale falling across ``update()``.
-* ``SavedTensors``: a meter of the bytes that autograd holds for backward (saved tensors), by a
-  ``saved_tensors_hooks`` pair; deterministic, so it works as a test on CPU.
+* ``SavedTensors``: a meter of the bytes of every tensor autograd packs for backward, by a
+  ``saved_tensors_hooks`` pair; deterministic, so it works as a test on CPU. It counts each packing
+  (parameters, and a tensor saved by two ops twice), so it is an upper bound on what the graphs pin,
+  not the activations alone.
 * ``run``: a short bf16-autocast training loop on a ``Pipeline`` that calls the two parts of
   notebook 10, ``keep_loss`` (what the loop keeps of each step's loss for its history) and
   ``monitor`` (a loss on a fixed probe batch each step), and records per step the saved bytes still
@@ -82,9 +84,14 @@ class _Held:
 
 
 class SavedTensors:
-    """Inside ``with meter:``, every tensor autograd saves for backward is counted while its graph
+    """Inside ``with meter:``, every tensor autograd packs for backward is counted while its graph
     holds it: ``meter.bytes`` and ``meter.count`` are what is alive now. Backward frees a graph's
-    saved tensors; a graph nobody runs backward on holds them until its last reference goes."""
+    saved tensors; a graph nobody runs backward on holds them until its last reference goes.
+
+    Limits: each packing counts in full, so a parameter saved by the op that uses it, or one tensor
+    saved by two ops, adds its bytes each time (an upper bound on the memory pinned, not a count of
+    distinct storages or of activations alone); tensors packed outside ``with meter:`` or kept
+    outside autograd (a list of detached tensors) are not seen."""
 
     def __init__(self):
         self.bytes = 0

@@ -110,9 +110,11 @@ plt.show()
 # %% [markdown]
 # ## Autocast on CPU with bf16
 #
-# `torch.autocast("cpu", dtype=torch.bfloat16)` runs the ops that profit from it (matmuls, linear
-# layers) in bf16 and keeps the ones that need range or precision (softmax, cross-entropy) in
-# float32. The parameters stay float32: autocast casts on the fly.
+# `torch.autocast("cpu", dtype=torch.bfloat16)` runs the ops on its lower-precision list (matmuls,
+# linear layers) in bf16 and casts the ops on its float32 list (cross-entropy among them) up to
+# float32. The lists differ by device: on CPU, softmax, log-softmax and layer norm are on neither, so
+# they run in the dtype of their input (bf16 after a linear layer); CUDA's float32 list has softmax
+# too. The parameters stay float32: autocast casts on the fly.
 #
 # **Predict.** Inside autocast, the course model's logits come out in some dtype, and
 # `F.cross_entropy` of them in some dtype. Which two?
@@ -133,6 +135,22 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 reveal("dtypes under bf16 autocast (logits, loss)", prediction,
        (str(logits.dtype)[6:], str(loss.dtype)[6:]))
 print("parameters stay", next(model.parameters()).dtype)
+
+# %% [markdown]
+# Which ops CPU autocast keeps in float32 is a fact of this torch build, so print it rather than trust
+# a list: each op applied to a bf16 linear output inside `torch.autocast("cpu", dtype=torch.bfloat16)`.
+
+# %%
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+lin, x_in = torch.nn.Linear(32, 8), torch.randn(4, 32)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    h = lin(x_in)
+    outs = {"linear": h, "softmax": F.softmax(h, -1), "log_softmax": F.log_softmax(h, -1),
+            "layer_norm": F.layer_norm(h, h.shape[-1:]), "cross_entropy": F.cross_entropy(h, torch.zeros(4, dtype=torch.long))}
+for name, t in outs.items():
+    print(f"{name:>13}: {str(t.dtype)[6:]}")
 
 # %% [markdown]
 # bf16's range is float32's, so gradients of a bf16 run do not overflow where float32's would not:
@@ -185,6 +203,23 @@ ax.set_ylabel("loss scale")
 ax.set_yscale("log", base=2)
 ax.legend(fontsize=8)
 plt.show()
+
+# %% [markdown]
+# `update()` is not optional. A loop that forgets it does not skip silently: the scaler refuses the
+# second `step()` of the same optimizer. One toy model and its optimizer, two clean steps, and no
+# `update()` between them:
+
+# %%
+forgot = torch.amp.GradScaler("cpu")
+toy, opt, _ = amp.toy_problem(seed=0)
+for step in range(2):
+    toy_loss = toy(torch.ones(1, 6)).sum()
+    forgot.scale(toy_loss).backward()
+    try:
+        forgot.step(opt)
+        print(f"step {step}: stepped")
+    except RuntimeError as err:
+        print(f"step {step}: RuntimeError: {err}")
 
 # %% [markdown]
 # ### Exercise: a scaled update that reports its skips
@@ -264,14 +299,31 @@ for _s in (3, 4):  # a finite loss whose scaled gradient overflows float32: the 
 # ## The list-of-losses leak, measured on CPU
 #
 # "Keep `loss` in a list and memory grows" is true, but what exactly grows? `amp.SavedTensors` counts
-# the bytes autograd holds for backward (the saved activations), through `saved_tensors_hooks`; a
+# the bytes of every tensor autograd packs for backward, through `saved_tensors_hooks`: activations,
+# and also parameters saved by the ops that use them and the same tensor packed by two ops, each
+# counted every time. So it is an upper bound on the memory a graph pins, not the activations alone;
+# for a test of growth that is what matters, since a graph that is freed drops all of it. A
 # weak reference to each step's loss says whether the loss itself is still alive. `amp.run(pipe,
 # steps)` trains under bf16 autocast and calls two parts of the pipeline each step: `keep_loss`
 # (what the history keeps; reference `loss.item()`) and `monitor` (a loss on a fixed probe batch;
 # reference: under `torch.no_grad()`, as a float).
 #
+# What the meter counts, on one linear layer and one product: the layer packs its input *and* its
+# weight, and `x * x` packs `x` twice.
+
+# %%
+torch.manual_seed(0)
+lin, x_in = torch.nn.Linear(32, 8), torch.randn(4, 32, requires_grad=True)
+with amp.SavedTensors() as meter:
+    y_out = lin(x_in)
+    print(f"after lin(x): {meter.count} packed, {meter.bytes} bytes (input {x_in.numel() * 4}, weight {lin.weight.numel() * 4})")
+    z_out = x_in * x_in
+    print(f"after x * x:  {meter.count} packed, {meter.bytes} bytes (x counted twice, one storage)")
+del y_out, z_out
+
+# %% [markdown]
 # **Predict.** A loop that appends the loss *tensor* to its history after `loss.backward()`: after 6
-# steps, how many bytes of saved activations are still alive?
+# steps, how many bytes saved for backward are still alive?
 
 # %%
 prediction = None  # your guess: a number of bytes after 6 steps
@@ -361,7 +413,7 @@ for name, p in mysteries.items():
 #
 # Write `detect(pipe) -> bool`: `True` if memory grows over the steps of `amp.run(pipe, ...)` (saved
 # activations or step losses kept alive from step to step), `False` for a healthy draw. Return a
-# Python bool. Nothing here is noisy: the meters count exactly, so a healthy run shows flat zeros.
+# Python bool. Nothing here is noisy: the meters are deterministic, so a healthy run shows flat zeros.
 # Graded like a test suite: quiet on healthy draws, firing on every broken one, including bugs of
 # this family you have not seen. `amp.memory_problems`, `amp.growth` and `mystery.reveal`/`draw`/
 # `make`/`touched` are switched off while it runs.
@@ -512,9 +564,12 @@ else:
 # ### fp16 that overflows, with and without GradScaler; bf16 without one
 #
 # The same model with its logits multiplied by 100 000 (a stand-in for activations that grow): under
-# fp16 autocast every logit above 0.66 in size overflows to inf and the loss turns NaN. Without a scaler the NaN
-# reaches the weights; with one, the step is skipped and the scale backs off; bf16 has the range and
-# needs neither.
+# fp16 autocast every logit above 0.66 in size overflows to inf and the loss turns NaN. The cell checks,
+# per run, whether the weights stay finite and how many steps the scaler skipped. What to expect,
+# which only a CUDA run can confirm (the CPU section "fp16 that overflows, run on CPU" above ran the
+# same comparison): without a scaler the NaN reaches the weights; with one every step is skipped,
+# because the overflow is in the forward pass and no scale can undo it; bf16 has the range and needs
+# neither.
 
 # %% tags=["demo"]
 if GPU:
@@ -548,8 +603,9 @@ else:
 # ### Allocated against reserved, and the peak of each phase
 #
 # `memory_allocated` counts tensors alive; `memory_reserved` what PyTorch's caching allocator holds
-# from the driver (freed blocks stay reserved for reuse, so `nvidia-smi` shows this). `empty_cache`
-# hands unused reserved blocks back. `reset_peak_memory_stats` before a phase and
+# from the driver (freed blocks stay reserved for reuse). `nvidia-smi` shows neither: it shows the
+# process's total, which is reserved plus the CUDA context plus memory outside the caching allocator
+# (cuBLAS workspaces, NCCL buffers, other libraries). `empty_cache` hands unused reserved blocks back. `reset_peak_memory_stats` before a phase and
 # `max_memory_allocated` after it give that phase's peak.
 
 # %% tags=["demo"]
@@ -675,13 +731,18 @@ else:
 #   values sit. Overflow in fp16 is per element: a norm below 65504 proves nothing.
 # * **GradScaler's skip** shows as the scale falling across `update()` and unchanged weights;
 #   `scaler.step` returns `None` either way. A skip now and then is the scaler working; a skip every
-#   step means inf/NaN that scaling does not cause (or an `update()` that never runs).
+#   step means inf/NaN that scaling does not cause, such as a forward pass that already overflows
+#   fp16 (a loop with no `update()` does not skip: its second `step()` raises `RuntimeError`, shown above).
 # * **bf16 needs no scaler** because of its range; it still rounds to 8 significant bits, so a loss
 #   that differs from fp32 in the third digit is not a bug.
-# * **The saved-tensor meter** counts what autograd holds for backward, exactly, on CPU; it does not
+# * **The saved-tensor meter** counts every tensor packed for backward while its graph lives
+#   (parameters and duplicates included, so an upper bound on what the graph pins); it does not
 #   see graph nodes without saved tensors (a kept loss after backward), which the weak reference to
 #   each loss shows. Neither sees a leak outside autograd (a list of detached tensors that grows).
-# * **On CUDA**, `memory_allocated` is tensors alive and `memory_reserved` what the allocator holds; a
-#   growing allocated count is a leak, a growing reserved count with flat allocated is fragmentation
-#   or caching. The snapshot names the stack that allocated what is alive; its format is private.
+# * **On CUDA**, `memory_allocated` is tensors alive and `memory_reserved` what the allocator holds
+#   (`nvidia-smi` adds the context and memory outside the allocator). A growing allocated count is
+#   not by itself a leak: the optimizer's state appears on its first step, caches fill, longer
+#   sequences need more; it is one when it keeps growing at a steady state (same shapes, after the
+#   first steps) and the snapshot names what holds it. A growing reserved count with flat allocated is
+#   fragmentation or caching. The snapshot names the stack that allocated what is alive; its format is private.
 # * **The fix** is proved by the meters that saw the growth, re-run flat on fresh seeds.
