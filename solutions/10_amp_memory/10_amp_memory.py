@@ -12,16 +12,19 @@
 # **What you learn.**
 # * fp16 and bf16 are not two sizes of one thing: fp16 keeps precision and loses range (its largest
 #   finite value is 65504), bf16 keeps float32's range and loses precision (8 significant bits).
-# * What autocast does on CPU with bf16 (matmuls in bf16, the loss in float32), and why bf16 needs no
-#   scaler.
+# * What autocast does on CPU with bf16 (matmuls in bf16, cross-entropy in float32, softmax and layer
+#   norm in their input's dtype), and why bf16 needs no scaler.
 # * GradScaler's mechanics on CPU (`torch.amp.GradScaler("cpu")`): the scale, the skipped step on an
 #   inf gradient, backoff and growth, and why `scaler.step(...)`'s return value cannot tell you that
 #   it skipped. You write a scaled update that reports its skips (graded).
+# * fp16 that overflows, run on CPU (`torch.autocast("cpu", dtype=torch.float16)`): the NaN loss,
+#   three hypotheses tested against a healthy control, and the fix, compared without a scaler, with
+#   one, and in bf16.
 # * The list-of-losses leak, measured on CPU: what a kept loss really holds after backward, what a
 #   graph nobody runs backward on holds, and the fix (`.item()` / `torch.no_grad()`).
 # * Debug a **mystery training loop** whose memory grows: a test, the cause, the fix (graded).
-# * On a GPU kernel only: fp16 with and without GradScaler, bf16, CUDA memory snapshots, allocated
-#   against reserved, peaks per phase (one graded GPU exercise).
+# * On a GPU kernel only (what needs CUDA): step times, the caching allocator (allocated against
+#   reserved, `empty_cache`, peaks per phase), memory-history snapshots (one graded GPU exercise).
 #
 # **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
 # yours). **GPU:** optional. On a kernel without CUDA each GPU cell prints one line, "needs a CUDA
@@ -296,6 +299,106 @@ for _s in (3, 4):  # a finite loss whose scaled gradient overflows float32: the 
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## fp16 that overflows, run on CPU
+#
+# This torch runs fp16 autocast on CPU too (`torch.autocast("cpu", dtype=torch.float16)`, with
+# `torch.amp.GradScaler("cpu")`), so the headline symptom of this notebook can be produced, tested
+# and fixed here. First, that autocast really computes in fp16 on CPU and the scaler really skips:
+
+# %%
+torch.manual_seed(0)
+lin16 = torch.nn.Linear(4, 4)
+with torch.autocast("cpu", dtype=torch.float16):
+    print("a Linear under CPU fp16 autocast returns", lin16(torch.randn(2, 4)).dtype)
+chk_scaler = torch.amp.GradScaler("cpu")
+toy, opt, toy_loss = amp.toy_problem(seed=0, poison=True)
+print("poisoned toy step skipped:", amp.scaled_step(toy, opt, chk_scaler, toy_loss), "| scale now", chk_scaler.get_scale())
+
+# %% [markdown]
+# ### The symptom
+#
+# The course model trained 4 steps under fp16 autocast, no scaler, with one change you are about to
+# find (`amp.precision_run` records each step's loss, whether the scaler skipped, the scale, and
+# whether the weights are finite):
+
+# %%
+BROKEN_SCALE = 1e6  # what the broken model does; the tests below must find it without reading this
+sym = amp.precision_run(BASE, dtype=torch.float16, steps=4, seed=0, logit_scale=BROKEN_SCALE, label="broken fp16, no scaler")
+print(sym.summary())
+print("losses:", sym.losses, "| first non-finite step:", sym.first_nonfinite())
+
+# %% [markdown]
+# Three hypotheses, each with a test that can come out either way and a healthy control (the same
+# model without the change) that must pass it:
+#
+# 1. **The learning rate** blows the weights up. Test: the first loss is computed before any update,
+#    so if it is already non-finite the updates did not cause it; and a run at `lr=0` should then be
+#    non-finite too.
+# 2. **A bad batch** (a corrupt input). Test: other batches, and the same batches in float32.
+# 3. **Range**: some value exceeds fp16's 65504. Test: the largest absolute output of each module in
+#    float32 (`amp.activation_peaks`, forward hooks), against 65504 (`amp.over_fp16`).
+
+# %%
+for ls, name in ((BROKEN_SCALE, "broken"), (1.0, "healthy control")):
+    r = amp.precision_run(BASE, dtype=torch.float16, steps=4, seed=0, logit_scale=ls, lr=0.0, label=f"{name}, lr=0")
+    print(r.summary(), "| first non-finite step:", r.first_nonfinite())
+
+# %% [markdown]
+# The broken run is non-finite from step 0 at `lr=0`: not the learning rate. (Its weights still go
+# NaN at `lr=0`: AdamW's update is `lr` times a NaN, and 0 × NaN is NaN.) Next, the batches:
+
+# %%
+for dtype, ls, name in ((torch.float16, BROKEN_SCALE, "broken, other batches"), (None, BROKEN_SCALE, "broken fp32, same"),
+                        (torch.float16, 1.0, "healthy, other batches")):
+    r = amp.precision_run(BASE, dtype=dtype, steps=4, seed=0, batch_seed=5, logit_scale=ls, label=name)
+    print(r.summary())
+
+# %% [markdown]
+# Every other batch fails the same way in fp16, and the same batches are finite in float32: not a
+# bad batch, something about fp16. The range test, on one batch, broken against healthy:
+
+# %%
+from course.train import batch_at
+
+probe_batch = batch_at(BASE, 0, 0)
+probe_model = BASE.build_model(0)
+for ls, name in ((BROKEN_SCALE, "broken"), (1.0, "healthy control")):
+    peaks = amp.activation_peaks(probe_model, probe_batch.inputs, logit_scale=ls)
+    print(f"{name:>15}: head output peak {peaks['head']:.3g}, logits peak {peaks['logits']:.3g}, "
+          f"over fp16's max: {amp.over_fp16(peaks)}")
+
+# %% [markdown]
+# The head's output is small, and so is every module's (`amp.over_fp16` names only the logits); the
+# logits the loss sees are beyond 65504, so the cause sits between the head and the loss: a multiply of the logits (here a
+# factor of `BROKEN_SCALE`, a stand-in for a temperature of 1e-6 where 1 was meant). fp16 turns them
+# into inf in the forward pass, and the loss into NaN.
+#
+# ### The fixes, compared with the same detector
+#
+# A scaler is not the fix: it scales the *loss* before backward, and this overflow happens before
+# the loss exists. bf16 has the range, so it hides the symptom, and the loss it trains on is still
+# enormous. The fix at the right depth removes the multiply; then fp16 with a scaler trains like
+# float32. All real runs, 4 steps each:
+
+# %%
+runs = [sym,  # the symptom's run: broken, fp16, no scaler
+        amp.precision_run(BASE, dtype=torch.float16, use_scaler=True, steps=4, logit_scale=BROKEN_SCALE, label="broken fp16, scaler"),
+        amp.precision_run(BASE, dtype=torch.bfloat16, steps=4, logit_scale=BROKEN_SCALE, label="broken bf16"),
+        amp.precision_run(BASE, dtype=torch.float16, use_scaler=True, steps=4, label="fixed fp16, scaler"),
+        amp.precision_run(BASE, dtype=None, steps=4, label="fixed fp32")]
+for r in runs:
+    print(r.summary())
+print("scale after each step, broken fp16 with scaler:", runs[1].scales)
+print("weights finite after step 0, broken fp16 without a scaler:", runs[0].weights_finite[0])
+
+# %% [markdown]
+# What the printout shows: without a scaler the NaN loss reaches the weights on the first step; with
+# one every step is skipped and the scale halves each time, because no loss scale undoes an overflow in
+# the forward pass (a skip on every step is this symptom); bf16 stays finite, with a loss of the same
+# order as float32's on the broken model; with the multiply removed, fp16 with a scaler skips nothing and its
+# last loss is the one float32 prints.
+
+# %% [markdown]
 # ## The list-of-losses leak, measured on CPU
 #
 # "Keep `loss` in a list and memory grows" is true, but what exactly grows? `amp.SavedTensors` counts
@@ -557,45 +660,6 @@ else:
 if GPU:
     for name, sec in amp.cuda_step_times(gpu_model, gpu_batch.inputs, gpu_batch.targets).items():
         print(f"{name}: {sec * 1e3:.2f} ms per step")
-else:
-    print(amp.SKIP_LINE)
-
-# %% [markdown]
-# ### fp16 that overflows, with and without GradScaler; bf16 without one
-#
-# The same model with its logits multiplied by 100 000 (a stand-in for activations that grow): under
-# fp16 autocast every logit above 0.66 in size overflows to inf and the loss turns NaN. The cell checks,
-# per run, whether the weights stay finite and how many steps the scaler skipped. What to expect,
-# which only a CUDA run can confirm (the CPU section "fp16 that overflows, run on CPU" above ran the
-# same comparison): without a scaler the NaN reaches the weights; with one every step is skipped,
-# because the overflow is in the forward pass and no scale can undo it; bf16 has the range and needs
-# neither.
-
-# %% tags=["demo"]
-if GPU:
-    def overflow_run(dtype, use_scaler, steps=6):
-        m = GPU_BASE.build_model(0).cuda()
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-        scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
-        x, y = gpu_batch.inputs.cuda(), gpu_batch.targets.cuda()
-        skipped = 0
-        for _ in range(steps):
-            with torch.autocast("cuda", dtype=dtype):
-                logits = m(x) * 1e5
-                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
-            before = scaler.get_scale()
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad(set_to_none=True)
-            skipped += int(use_scaler and scaler.get_scale() < before)
-        finite = all(torch.isfinite(p).all() for p in m.parameters())
-        return loss.item(), finite, skipped
-
-    for label, dtype, use in (("fp16, no scaler", torch.float16, False), ("fp16, GradScaler", torch.float16, True),
-                              ("bf16, no scaler", torch.bfloat16, False)):
-        last, finite, skipped = overflow_run(dtype, use)
-        print(f"{label:>17}: last loss {last:.3g}, weights finite {finite}, skipped steps {skipped}")
 else:
     print(amp.SKIP_LINE)
 
