@@ -221,8 +221,8 @@ for step in range(2):
     try:
         forgot.step(opt)
         print(f"step {step}: stepped")
-    except RuntimeError as err:
-        print(f"step {step}: RuntimeError: {err}")
+    except RuntimeError as refusal:
+        print(f"step {step}: RuntimeError: {refusal}")
 
 # %% [markdown]
 # ### Exercise: a scaled update that reports its skips
@@ -348,9 +348,9 @@ for ls, name in ((BROKEN_SCALE, "broken"), (1.0, "healthy control")):
 # NaN at `lr=0`: AdamW's update is `lr` times a NaN, and 0 × NaN is NaN.) Next, the batches:
 
 # %%
-for dtype, ls, name in ((torch.float16, BROKEN_SCALE, "broken, other batches"), (None, BROKEN_SCALE, "broken fp32, same"),
-                        (torch.float16, 1.0, "healthy, other batches")):
-    r = amp.precision_run(BASE, dtype=dtype, steps=4, seed=0, batch_seed=5, logit_scale=ls, label=name)
+for run_dtype, ls, name in ((torch.float16, BROKEN_SCALE, "broken, other batches"), (None, BROKEN_SCALE, "broken fp32, same"),
+                            (torch.float16, 1.0, "healthy, other batches")):
+    r = amp.precision_run(BASE, dtype=run_dtype, steps=4, seed=0, batch_seed=5, logit_scale=ls, label=name)
     print(r.summary())
 
 # %% [markdown]
