@@ -7,12 +7,19 @@ What runs everywhere (CPU included):
   clip, step, update), returning whether the optimizer step was skipped. ``scaler.step`` itself
   returns what ``optimizer.step()`` returned (``None`` for the built-in optimizers) whether it
   stepped or not: a skip shows as the scale falling across ``update()``.
-* ``SavedTensors``: a meter of the bytes that autograd holds for backward (saved tensors), by a
-  ``saved_tensors_hooks`` pair; deterministic, so it works as a test on CPU.
+* ``SavedTensors``: a meter of the bytes of every tensor autograd packs for backward, by a
+  ``saved_tensors_hooks`` pair; deterministic, so it works as a test on CPU. It counts each packing
+  (parameters, and a tensor saved by two ops twice), so it is an upper bound on what the graphs pin,
+  not the activations alone.
 * ``run``: a short bf16-autocast training loop on a ``Pipeline`` that calls the two parts of
   notebook 10, ``keep_loss`` (what the loop keeps of each step's loss for its history) and
   ``monitor`` (a loss on a fixed probe batch each step), and records per step the saved bytes still
   alive and how many of the step losses are still referenced.
+
+* ``precision_run``, ``ScaledLogits``, ``activation_peaks``, ``over_fp16``: fp16 autocast training on
+  CPU (torch supports ``torch.autocast("cpu", dtype=torch.float16)`` and ``GradScaler("cpu")``),
+  with and without a scaler, against bf16, and the per-module peaks that show which output outgrows
+  fp16's 65504.
 
 GPU only (each raises ``RuntimeError`` without CUDA): ``cuda_step_times``, ``phase_peaks`` and
 ``snapshot_growth``, used by notebook 10's GPU sections.
@@ -20,6 +27,7 @@ GPU only (each raises ``RuntimeError`` without CUDA): ``cuda_step_times``, ``pha
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass, field
 
@@ -73,6 +81,108 @@ def toy_problem(seed: int, poison: bool = False, dim: int = 6):
     return model, optimizer, loss
 
 
+# ----- fp16 overflow, run on CPU ---------------------------------------------------------------------
+FP16_MAX = 65504.0
+
+
+class ScaledLogits(torch.nn.Module):
+    """``model``'s logits times ``factor``: the stand-in for a model whose outputs outgrow fp16 (a
+    temperature of 1e-4 where 1 was meant, a missing 1/sqrt(d) that compounds). Under fp16 autocast
+    the multiply runs in fp16, so a logit above ``65504 / factor`` in size becomes inf."""
+
+    def __init__(self, model: torch.nn.Module, factor: float):
+        super().__init__()
+        self.model, self.factor = model, factor
+
+    def forward(self, ids):
+        return self.model(ids) * self.factor
+
+
+@dataclass
+class PrecisionRun:
+    label: str
+    losses: list = field(default_factory=list)  # each step's loss as computed (float, maybe inf/NaN)
+    skipped: list = field(default_factory=list)  # True where the scaler skipped optimizer.step()
+    scales: list = field(default_factory=list)  # the scale after update() (1.0 without a scaler)
+    weights_finite: list = field(default_factory=list)  # every parameter finite after the step
+
+    def first_nonfinite(self) -> int | None:
+        """The first step whose loss is inf or NaN (None if every loss is finite). Step 0's loss is
+        computed before any update, so a non-finite one there is not caused by the learning rate."""
+        return next((i for i, v in enumerate(self.losses) if not math.isfinite(v)), None)
+
+    def summary(self) -> str:
+        bad = sum(not math.isfinite(v) for v in self.losses)
+        return (f"{self.label:>22}: non-finite losses {bad}/{len(self.losses)}, skipped steps {sum(self.skipped)}, "
+                f"final scale {self.scales[-1]:g}, weights finite at the end {self.weights_finite[-1]}, "
+                f"last loss {self.losses[-1]:.4g}")
+
+
+def precision_run(pipe, dtype=torch.float16, use_scaler: bool = False, steps: int = 8, seed: int = 0,
+                  logit_scale: float = 1.0, lr: float | None = None, batch_seed: int | None = None,
+                  label: str = "") -> PrecisionRun:
+    """``steps`` training steps of ``pipe``'s model on CPU under ``torch.autocast("cpu", dtype)``
+    (``dtype=None``: float32, no autocast), with ``torch.amp.GradScaler("cpu")`` when ``use_scaler``
+    and the logits times ``logit_scale`` (``ScaledLogits``). ``lr`` overrides the optimizer's learning
+    rate (0 makes every step a no-op, to test whether the updates cause what is seen); ``batch_seed``
+    draws other batches than ``seed``. Records per step the loss, the skip, the scale and whether the
+    weights are finite. The pipeline's ``update`` (clipping, schedule) is not called: the optimizer
+    steps through the scaler, so this tests the precision, not the pipeline's update."""
+    from .train import batch_at
+    model = pipe.build_model(seed)
+    net = ScaledLogits(model, logit_scale) if logit_scale != 1.0 else model
+    optimizer = pipe.make_optimizer(model, pipe)
+    if lr is not None:
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+    scaler = torch.amp.GradScaler("cpu", enabled=use_scaler)
+    out = PrecisionRun(label or f"{dtype}, scaler {use_scaler}")
+    for step in range(steps):
+        batch = batch_at(pipe, seed if batch_seed is None else batch_seed, step)
+        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = pipe.loss_fn(net(batch.inputs), batch)
+        before = scaler.get_scale() if use_scaler else 1.0
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        out.losses.append(loss.detach().float().item())
+        out.scales.append(scaler.get_scale() if use_scaler else 1.0)
+        out.skipped.append(bool(use_scaler and out.scales[-1] < before))
+        out.weights_finite.append(all(bool(torch.isfinite(p).all()) for p in model.parameters()))
+    return out
+
+
+def activation_peaks(model: torch.nn.Module, inputs, logit_scale: float = 1.0) -> dict[str, float]:
+    """The largest absolute value each leaf module outputs (and ``"logits"``: the model's output
+    times ``logit_scale``), in float32 without autocast, by forward hooks. A peak above
+    ``FP16_MAX`` is one that fp16 cannot hold; below it says only that these inputs stay in range
+    (a product or a sum inside an op can still overflow)."""
+    peaks, hooks = {}, []
+
+    def hook(name):
+        def record(_mod, _inp, out):
+            if torch.is_tensor(out) and out.is_floating_point():
+                peaks[name] = max(peaks.get(name, 0.0), out.detach().abs().max().item())
+        return record
+
+    for name, mod in model.named_modules():
+        if name and not list(mod.children()):
+            hooks.append(mod.register_forward_hook(hook(name)))
+    try:
+        with torch.no_grad():
+            peaks["logits"] = (model(inputs) * logit_scale).abs().max().item()
+    finally:
+        for h in hooks:
+            h.remove()
+    return peaks
+
+
+def over_fp16(peaks: dict[str, float]) -> list[str]:
+    """The names in ``activation_peaks``'s result whose peak fp16 cannot hold (above 65504)."""
+    return [name for name, v in peaks.items() if not v <= FP16_MAX]
+
+
 # ----- memory kept for backward --------------------------------------------------------------------
 class _Held:
     __slots__ = ("tensor", "__weakref__")
@@ -82,9 +192,14 @@ class _Held:
 
 
 class SavedTensors:
-    """Inside ``with meter:``, every tensor autograd saves for backward is counted while its graph
+    """Inside ``with meter:``, every tensor autograd packs for backward is counted while its graph
     holds it: ``meter.bytes`` and ``meter.count`` are what is alive now. Backward frees a graph's
-    saved tensors; a graph nobody runs backward on holds them until its last reference goes."""
+    saved tensors; a graph nobody runs backward on holds them until its last reference goes.
+
+    Limits: each packing counts in full, so a parameter saved by the op that uses it, or one tensor
+    saved by two ops, adds its bytes each time (an upper bound on the memory pinned, not a count of
+    distinct storages or of activations alone); tensors packed outside ``with meter:`` or kept
+    outside autograd (a list of detached tensors) are not seen."""
 
     def __init__(self):
         self.bytes = 0

@@ -101,3 +101,41 @@ def test_snapshot_growth_reads_the_snapshot_format():
         {"state": "active_allocated", "size": 1024, "frames": [{"filename": "/work/nb.py", "line": 7}]},
         {"state": "inactive", "size": 10**9, "frames": []}]}]}
     assert amp.snapshot_growth(snap) == [(5120, "nb.py:7")]
+
+
+def test_precision_run_fp16_forward_overflow_with_and_without_a_scaler_on_cpu():
+    broken = amp.precision_run(BASE, dtype=torch.float16, steps=3, logit_scale=1e6)
+    assert broken.first_nonfinite() == 0 and not broken.weights_finite[0] and broken.skipped == [False] * 3
+    scaled = amp.precision_run(BASE, dtype=torch.float16, use_scaler=True, steps=3, logit_scale=1e6)
+    assert scaled.skipped == [True] * 3 and all(scaled.weights_finite)
+    assert scaled.scales == [2.0 ** 15, 2.0 ** 14, 2.0 ** 13]
+    bf16 = amp.precision_run(BASE, dtype=torch.bfloat16, steps=3, logit_scale=1e6)
+    assert bf16.first_nonfinite() is None and all(bf16.weights_finite)
+    healthy = amp.precision_run(BASE, dtype=torch.float16, use_scaler=True, steps=3)
+    fp32 = amp.precision_run(BASE, dtype=None, steps=3)
+    assert healthy.first_nonfinite() is None and not any(healthy.skipped)
+    assert abs(healthy.losses[-1] - fp32.losses[-1]) < 0.05
+
+
+def test_precision_run_lr_zero_and_batch_seed_options_take_effect():
+    frozen = amp.precision_run(BASE, dtype=None, steps=2, lr=0.0)
+    model = BASE.build_model(0)
+    from course.train import batch_at
+    b = batch_at(BASE, 0, 1)
+    with torch.no_grad():
+        assert abs(BASE.loss_fn(model(b.inputs), b).item() - frozen.losses[1]) < 1e-5  # no update happened
+    other = amp.precision_run(BASE, dtype=None, steps=1, batch_seed=5)
+    b5 = batch_at(BASE, 5, 0)
+    with torch.no_grad():
+        assert abs(BASE.loss_fn(model(b5.inputs), b5).item() - other.losses[0]) < 1e-5
+
+
+def test_activation_peaks_find_the_scaled_logits_and_only_them():
+    from course.train import batch_at
+    model, b = BASE.build_model(0), batch_at(BASE, 0, 0)
+    healthy = amp.activation_peaks(model, b.inputs)
+    assert amp.over_fp16(healthy) == [] and "head" in healthy and healthy["logits"] == healthy["head"]
+    broken = amp.activation_peaks(model, b.inputs, logit_scale=1e6)
+    assert amp.over_fp16(broken) == ["logits"]
+    assert amp.over_fp16({"a": 65504.0, "b": 65505.0, "c": float("nan")}) == ["b", "c"]
+    assert not model._forward_hooks and all(not m._forward_hooks for m in model.modules())  # hooks removed

@@ -12,16 +12,19 @@
 # **What you learn.**
 # * fp16 and bf16 are not two sizes of one thing: fp16 keeps precision and loses range (its largest
 #   finite value is 65504), bf16 keeps float32's range and loses precision (8 significant bits).
-# * What autocast does on CPU with bf16 (matmuls in bf16, the loss in float32), and why bf16 needs no
-#   scaler.
+# * What autocast does on CPU with bf16 (matmuls in bf16, cross-entropy in float32, softmax and layer
+#   norm in their input's dtype), and why bf16 needs no scaler.
 # * GradScaler's mechanics on CPU (`torch.amp.GradScaler("cpu")`): the scale, the skipped step on an
 #   inf gradient, backoff and growth, and why `scaler.step(...)`'s return value cannot tell you that
 #   it skipped. You write a scaled update that reports its skips (graded).
+# * fp16 that overflows, run on CPU (`torch.autocast("cpu", dtype=torch.float16)`): the NaN loss,
+#   three hypotheses tested against a healthy control, and the fix, compared without a scaler, with
+#   one, and in bf16.
 # * The list-of-losses leak, measured on CPU: what a kept loss really holds after backward, what a
 #   graph nobody runs backward on holds, and the fix (`.item()` / `torch.no_grad()`).
 # * Debug a **mystery training loop** whose memory grows: a test, the cause, the fix (graded).
-# * On a GPU kernel only: fp16 with and without GradScaler, bf16, CUDA memory snapshots, allocated
-#   against reserved, peaks per phase (one graded GPU exercise).
+# * On a GPU kernel only (what needs CUDA): step times, the caching allocator (allocated against
+#   reserved, `empty_cache`, peaks per phase), memory-history snapshots (one graded GPU exercise).
 #
 # **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
 # yours). **GPU:** optional. On a kernel without CUDA each GPU cell prints one line, "needs a CUDA
@@ -110,9 +113,11 @@ plt.show()
 # %% [markdown]
 # ## Autocast on CPU with bf16
 #
-# `torch.autocast("cpu", dtype=torch.bfloat16)` runs the ops that profit from it (matmuls, linear
-# layers) in bf16 and keeps the ones that need range or precision (softmax, cross-entropy) in
-# float32. The parameters stay float32: autocast casts on the fly.
+# `torch.autocast("cpu", dtype=torch.bfloat16)` runs the ops on its lower-precision list (matmuls,
+# linear layers) in bf16 and casts the ops on its float32 list (cross-entropy among them) up to
+# float32. The lists differ by device: on CPU, softmax, log-softmax and layer norm are on neither, so
+# they run in the dtype of their input (bf16 after a linear layer); CUDA's float32 list has softmax
+# too. The parameters stay float32: autocast casts on the fly.
 #
 # **Predict.** Inside autocast, the course model's logits come out in some dtype, and
 # `F.cross_entropy` of them in some dtype. Which two?
@@ -133,6 +138,22 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 reveal("dtypes under bf16 autocast (logits, loss)", prediction,
        (str(logits.dtype)[6:], str(loss.dtype)[6:]))
 print("parameters stay", next(model.parameters()).dtype)
+
+# %% [markdown]
+# Which ops CPU autocast keeps in float32 is a fact of this torch build, so print it rather than trust
+# a list: each op applied to a bf16 linear output inside `torch.autocast("cpu", dtype=torch.bfloat16)`.
+
+# %%
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+lin, x_in = torch.nn.Linear(32, 8), torch.randn(4, 32)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    h = lin(x_in)
+    outs = {"linear": h, "softmax": F.softmax(h, -1), "log_softmax": F.log_softmax(h, -1),
+            "layer_norm": F.layer_norm(h, h.shape[-1:]), "cross_entropy": F.cross_entropy(h, torch.zeros(4, dtype=torch.long))}
+for name, t in outs.items():
+    print(f"{name:>13}: {str(t.dtype)[6:]}")
 
 # %% [markdown]
 # bf16's range is float32's, so gradients of a bf16 run do not overflow where float32's would not:
@@ -185,6 +206,23 @@ ax.set_ylabel("loss scale")
 ax.set_yscale("log", base=2)
 ax.legend(fontsize=8)
 plt.show()
+
+# %% [markdown]
+# `update()` is not optional. A loop that forgets it does not skip silently: the scaler refuses the
+# second `step()` of the same optimizer. One toy model and its optimizer, two clean steps, and no
+# `update()` between them:
+
+# %%
+forgot = torch.amp.GradScaler("cpu")
+toy, opt, _ = amp.toy_problem(seed=0)
+for step in range(2):
+    toy_loss = toy(torch.ones(1, 6)).sum()
+    forgot.scale(toy_loss).backward()
+    try:
+        forgot.step(opt)
+        print(f"step {step}: stepped")
+    except RuntimeError as refusal:
+        print(f"step {step}: RuntimeError: {refusal}")
 
 # %% [markdown]
 # ### Exercise: a scaled update that reports its skips
@@ -261,17 +299,134 @@ for _s in (3, 4):  # a finite loss whose scaled gradient overflows float32: the 
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## fp16 that overflows, run on CPU
+#
+# This torch runs fp16 autocast on CPU too (`torch.autocast("cpu", dtype=torch.float16)`, with
+# `torch.amp.GradScaler("cpu")`), so the headline symptom of this notebook can be produced, tested
+# and fixed here. First, that autocast really computes in fp16 on CPU and the scaler really skips:
+
+# %%
+torch.manual_seed(0)
+lin16 = torch.nn.Linear(4, 4)
+with torch.autocast("cpu", dtype=torch.float16):
+    print("a Linear under CPU fp16 autocast returns", lin16(torch.randn(2, 4)).dtype)
+chk_scaler = torch.amp.GradScaler("cpu")
+toy, opt, toy_loss = amp.toy_problem(seed=0, poison=True)
+print("poisoned toy step skipped:", amp.scaled_step(toy, opt, chk_scaler, toy_loss), "| scale now", chk_scaler.get_scale())
+
+# %% [markdown]
+# ### The symptom
+#
+# The course model trained 4 steps under fp16 autocast, no scaler, with one change you are about to
+# find (`amp.precision_run` records each step's loss, whether the scaler skipped, the scale, and
+# whether the weights are finite):
+
+# %%
+BROKEN_SCALE = 1e6  # what the broken model does; the tests below must find it without reading this
+sym = amp.precision_run(BASE, dtype=torch.float16, steps=4, seed=0, logit_scale=BROKEN_SCALE, label="broken fp16, no scaler")
+print(sym.summary())
+print("losses:", sym.losses, "| first non-finite step:", sym.first_nonfinite())
+
+# %% [markdown]
+# Three hypotheses, each with a test that can come out either way and a healthy control (the same
+# model without the change) that must pass it:
+#
+# 1. **The learning rate** blows the weights up. Test: the first loss is computed before any update,
+#    so if it is already non-finite the updates did not cause it; and a run at `lr=0` should then be
+#    non-finite too.
+# 2. **A bad batch** (a corrupt input). Test: other batches, and the same batches in float32.
+# 3. **Range**: some value exceeds fp16's 65504. Test: the largest absolute output of each module in
+#    float32 (`amp.activation_peaks`, forward hooks), against 65504 (`amp.over_fp16`).
+
+# %%
+for ls, name in ((BROKEN_SCALE, "broken"), (1.0, "healthy control")):
+    r = amp.precision_run(BASE, dtype=torch.float16, steps=4, seed=0, logit_scale=ls, lr=0.0, label=f"{name}, lr=0")
+    print(r.summary(), "| first non-finite step:", r.first_nonfinite())
+
+# %% [markdown]
+# The broken run is non-finite from step 0 at `lr=0`: not the learning rate. (Its weights still go
+# NaN at `lr=0`: AdamW's update is `lr` times a NaN, and 0 × NaN is NaN.) Next, the batches:
+
+# %%
+for run_dtype, ls, name in ((torch.float16, BROKEN_SCALE, "broken, other batches"), (None, BROKEN_SCALE, "broken fp32, same"),
+                            (torch.float16, 1.0, "healthy, other batches")):
+    r = amp.precision_run(BASE, dtype=run_dtype, steps=4, seed=0, batch_seed=5, logit_scale=ls, label=name)
+    print(r.summary())
+
+# %% [markdown]
+# Every other batch fails the same way in fp16, and the same batches are finite in float32: not a
+# bad batch, something about fp16. The range test, on one batch, broken against healthy:
+
+# %%
+from course.train import batch_at
+
+probe_batch = batch_at(BASE, 0, 0)
+probe_model = BASE.build_model(0)
+for ls, name in ((BROKEN_SCALE, "broken"), (1.0, "healthy control")):
+    peaks = amp.activation_peaks(probe_model, probe_batch.inputs, logit_scale=ls)
+    print(f"{name:>15}: head output peak {peaks['head']:.3g}, logits peak {peaks['logits']:.3g}, "
+          f"over fp16's max: {amp.over_fp16(peaks)}")
+
+# %% [markdown]
+# The head's output is small, and so is every module's (`amp.over_fp16` names only the logits); the
+# logits the loss sees are beyond 65504, so the cause sits between the head and the loss: a multiply of the logits (here a
+# factor of `BROKEN_SCALE`, a stand-in for a temperature of 1e-6 where 1 was meant). fp16 turns them
+# into inf in the forward pass, and the loss into NaN.
+#
+# ### The fixes, compared with the same detector
+#
+# A scaler is not the fix: it scales the *loss* before backward, and this overflow happens before
+# the loss exists. bf16 has the range, so it hides the symptom, and the loss it trains on is still
+# enormous. The fix at the right depth removes the multiply; then fp16 with a scaler trains like
+# float32. All real runs, 4 steps each:
+
+# %%
+runs = [sym,  # the symptom's run: broken, fp16, no scaler
+        amp.precision_run(BASE, dtype=torch.float16, use_scaler=True, steps=4, logit_scale=BROKEN_SCALE, label="broken fp16, scaler"),
+        amp.precision_run(BASE, dtype=torch.bfloat16, steps=4, logit_scale=BROKEN_SCALE, label="broken bf16"),
+        amp.precision_run(BASE, dtype=torch.float16, use_scaler=True, steps=4, label="fixed fp16, scaler"),
+        amp.precision_run(BASE, dtype=None, steps=4, label="fixed fp32")]
+for r in runs:
+    print(r.summary())
+print("scale after each step, broken fp16 with scaler:", runs[1].scales)
+print("weights finite after step 0, broken fp16 without a scaler:", runs[0].weights_finite[0])
+
+# %% [markdown]
+# What the printout shows: without a scaler the NaN loss reaches the weights on the first step; with
+# one every step is skipped and the scale halves each time, because no loss scale undoes an overflow in
+# the forward pass (a skip on every step is this symptom); bf16 stays finite, with a loss of the same
+# order as float32's on the broken model; with the multiply removed, fp16 with a scaler skips nothing and its
+# last loss is the one float32 prints.
+
+# %% [markdown]
 # ## The list-of-losses leak, measured on CPU
 #
 # "Keep `loss` in a list and memory grows" is true, but what exactly grows? `amp.SavedTensors` counts
-# the bytes autograd holds for backward (the saved activations), through `saved_tensors_hooks`; a
+# the bytes of every tensor autograd packs for backward, through `saved_tensors_hooks`: activations,
+# and also parameters saved by the ops that use them and the same tensor packed by two ops, each
+# counted every time. So it is an upper bound on the memory a graph pins, not the activations alone;
+# for a test of growth that is what matters, since a graph that is freed drops all of it. A
 # weak reference to each step's loss says whether the loss itself is still alive. `amp.run(pipe,
 # steps)` trains under bf16 autocast and calls two parts of the pipeline each step: `keep_loss`
 # (what the history keeps; reference `loss.item()`) and `monitor` (a loss on a fixed probe batch;
 # reference: under `torch.no_grad()`, as a float).
 #
+# What the meter counts, on one linear layer and one product: the layer packs its input *and* its
+# weight, and `x * x` packs `x` twice.
+
+# %%
+torch.manual_seed(0)
+lin, x_in = torch.nn.Linear(32, 8), torch.randn(4, 32, requires_grad=True)
+with amp.SavedTensors() as meter:
+    y_out = lin(x_in)
+    print(f"after lin(x): {meter.count} packed, {meter.bytes} bytes (input {x_in.numel() * 4}, weight {lin.weight.numel() * 4})")
+    z_out = x_in * x_in
+    print(f"after x * x:  {meter.count} packed, {meter.bytes} bytes (x counted twice, one storage)")
+del y_out, z_out
+
+# %% [markdown]
 # **Predict.** A loop that appends the loss *tensor* to its history after `loss.backward()`: after 6
-# steps, how many bytes of saved activations are still alive?
+# steps, how many bytes saved for backward are still alive?
 
 # %%
 prediction = None  # your guess: a number of bytes after 6 steps
@@ -361,7 +516,7 @@ for name, p in mysteries.items():
 #
 # Write `detect(pipe) -> bool`: `True` if memory grows over the steps of `amp.run(pipe, ...)` (saved
 # activations or step losses kept alive from step to step), `False` for a healthy draw. Return a
-# Python bool. Nothing here is noisy: the meters count exactly, so a healthy run shows flat zeros.
+# Python bool. Nothing here is noisy: the meters are deterministic, so a healthy run shows flat zeros.
 # Graded like a test suite: quiet on healthy draws, firing on every broken one, including bugs of
 # this family you have not seen. `amp.memory_problems`, `amp.growth` and `mystery.reveal`/`draw`/
 # `make`/`touched` are switched off while it runs.
@@ -509,47 +664,12 @@ else:
     print(amp.SKIP_LINE)
 
 # %% [markdown]
-# ### fp16 that overflows, with and without GradScaler; bf16 without one
-#
-# The same model with its logits multiplied by 100 000 (a stand-in for activations that grow): under
-# fp16 autocast every logit above 0.66 in size overflows to inf and the loss turns NaN. Without a scaler the NaN
-# reaches the weights; with one, the step is skipped and the scale backs off; bf16 has the range and
-# needs neither.
-
-# %% tags=["demo"]
-if GPU:
-    def overflow_run(dtype, use_scaler, steps=6):
-        m = GPU_BASE.build_model(0).cuda()
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-        scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
-        x, y = gpu_batch.inputs.cuda(), gpu_batch.targets.cuda()
-        skipped = 0
-        for _ in range(steps):
-            with torch.autocast("cuda", dtype=dtype):
-                logits = m(x) * 1e5
-                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
-            before = scaler.get_scale()
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad(set_to_none=True)
-            skipped += int(use_scaler and scaler.get_scale() < before)
-        finite = all(torch.isfinite(p).all() for p in m.parameters())
-        return loss.item(), finite, skipped
-
-    for label, dtype, use in (("fp16, no scaler", torch.float16, False), ("fp16, GradScaler", torch.float16, True),
-                              ("bf16, no scaler", torch.bfloat16, False)):
-        last, finite, skipped = overflow_run(dtype, use)
-        print(f"{label:>17}: last loss {last:.3g}, weights finite {finite}, skipped steps {skipped}")
-else:
-    print(amp.SKIP_LINE)
-
-# %% [markdown]
 # ### Allocated against reserved, and the peak of each phase
 #
 # `memory_allocated` counts tensors alive; `memory_reserved` what PyTorch's caching allocator holds
-# from the driver (freed blocks stay reserved for reuse, so `nvidia-smi` shows this). `empty_cache`
-# hands unused reserved blocks back. `reset_peak_memory_stats` before a phase and
+# from the driver (freed blocks stay reserved for reuse). `nvidia-smi` shows neither: it shows the
+# process's total, which is reserved plus the CUDA context plus memory outside the caching allocator
+# (cuBLAS workspaces, NCCL buffers, other libraries). `empty_cache` hands unused reserved blocks back. `reset_peak_memory_stats` before a phase and
 # `max_memory_allocated` after it give that phase's peak.
 
 # %% tags=["demo"]
@@ -675,13 +795,18 @@ else:
 #   values sit. Overflow in fp16 is per element: a norm below 65504 proves nothing.
 # * **GradScaler's skip** shows as the scale falling across `update()` and unchanged weights;
 #   `scaler.step` returns `None` either way. A skip now and then is the scaler working; a skip every
-#   step means inf/NaN that scaling does not cause (or an `update()` that never runs).
+#   step means inf/NaN that scaling does not cause, such as a forward pass that already overflows
+#   fp16 (a loop with no `update()` does not skip: its second `step()` raises `RuntimeError`, shown above).
 # * **bf16 needs no scaler** because of its range; it still rounds to 8 significant bits, so a loss
 #   that differs from fp32 in the third digit is not a bug.
-# * **The saved-tensor meter** counts what autograd holds for backward, exactly, on CPU; it does not
+# * **The saved-tensor meter** counts every tensor packed for backward while its graph lives
+#   (parameters and duplicates included, so an upper bound on what the graph pins); it does not
 #   see graph nodes without saved tensors (a kept loss after backward), which the weak reference to
 #   each loss shows. Neither sees a leak outside autograd (a list of detached tensors that grows).
-# * **On CUDA**, `memory_allocated` is tensors alive and `memory_reserved` what the allocator holds; a
-#   growing allocated count is a leak, a growing reserved count with flat allocated is fragmentation
-#   or caching. The snapshot names the stack that allocated what is alive; its format is private.
+# * **On CUDA**, `memory_allocated` is tensors alive and `memory_reserved` what the allocator holds
+#   (`nvidia-smi` adds the context and memory outside the allocator). A growing allocated count is
+#   not by itself a leak: the optimizer's state appears on its first step, caches fill, longer
+#   sequences need more; it is one when it keeps growing at a steady state (same shapes, after the
+#   first steps) and the snapshot names what holds it. A growing reserved count with flat allocated is
+#   fragmentation or caching. The snapshot names the stack that allocated what is alive; its format is private.
 # * **The fix** is proved by the meters that saw the growth, re-run flat on fresh seeds.
