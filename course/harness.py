@@ -3,10 +3,11 @@
 
 **The text.** The Markov language of ``course.data`` written out as words: each of its 16 symbols is
 a pseudo-word (``WORDS``; every word starts with its own letter, so no word is a prefix of another),
-words are joined by one space, documents by a newline. A character-level ``TinyGPT`` is trained on
+words are joined by one space, documents by a newline. A ``TinyGPT`` over word-level tokens (``VOCAB``:
+each word with and without its leading space, as a BPE tokenizer would have it) is trained on
 such documents (``train_model``, a few seconds). Because the chain is known, the exact log-probability
-of any continuation is known too (``chain_logprob``): spaces and the letters after a word's first
-letter are determined, so the chain's character-level log-probability is its word-level one.
+of any continuation is known too (``chain_logprob``): each word is one token (its leading space folded
+in), so the chain's log-probability of a continuation's tokens is its word-level one.
 
 **The task.** ``make_task``: each item is a question (``question_words`` words of the chain) and four
 options of one to three words; the gold option is the chain's own continuation, the three others are
@@ -29,7 +30,7 @@ multiple-choice recipe, with every stage a part of the ``Pipeline`` (so a bug in
   (lm-evaluation-harness's default delimiter is ``" "``);
 * ``eval_truncate(context, continuation, n_ctx)``: cut the context **from the left** so that
   context + continuation fit the model's window (the question, at the end, is kept);
-* ``eval_score(model, contexts, continuations)``: the sum of the continuation's characters'
+* ``eval_score(model, contexts, continuations)``: the sum of the continuation's tokens'
   log-probabilities (the context is conditioned on, never scored);
 * ``eval_norm_length(choice, context, continuation)``: the length ``acc_norm`` divides by, the
   choice's character count without the delimiter (lm-evaluation-harness: ``len(choice)``).
@@ -511,10 +512,11 @@ def ngram_overlap(item_text: str, train_grams: set, n: int) -> float:
 
 def contamination(item_texts: list[str], train_text: str, n: int, threshold: float = 1.0) -> tuple[float, list[float]]:
     """(share of items flagged, per-item overlap): an item is flagged when at least ``threshold`` of
-    its word ``n``-grams occur in ``train_text`` (1.0, the default: all of them, so a whole item must
-    appear; a tiny positive threshold flags any collision, the GPT-3-style rule). The answer depends
-    on ``n``, on the rule and on how repetitive the source is: state them, and compare with fresh
-    items of the same source."""
+    its word ``n``-grams occur in ``train_text`` (1.0, the default: every one of its n-grams occurs
+    somewhere in ``train_text``, not necessarily together, so this is weaker than finding the item
+    verbatim; a tiny positive threshold flags any collision, the GPT-3-style rule). The answer
+    depends on ``n``, on the rule and on how repetitive the source is: state them, and compare with
+    fresh items of the same source."""
     train_grams = ngrams(train_text, n)
     per_item = [ngram_overlap(t, train_grams, n) for t in item_texts]
     return sum(o >= threshold for o in per_item) / max(1, len(per_item)), per_item

@@ -42,9 +42,9 @@ def option_without_delimiter(pipe: Pipeline) -> Pipeline:
 
 @bug(FAMILY, "accuracy near chance: a lone space token before every option")
 def option_delimiter_doubled(pipe: Pipeline) -> Pipeline:
-    """The delimiter is added twice (the template already ended with one, and the harness adds its
-    own): ``"  ka"`` tokenizes as a lone space and then ``" ka"``, a sequence the training text
-    never contains."""
+    """The harness adds the target delimiter twice when it builds the continuation
+    (``delimiter + delimiter + choice``): ``"  ka"`` tokenizes as a lone space and then ``" ka"``, a
+    sequence the training text never contains."""
     return pipe.replace(eval_continuation=_delimiter_twice)
 
 
@@ -105,11 +105,13 @@ def _prompt_and_continuation(model, contexts, continuations):
                                        [list(c)[1:] + list(x) for c, x in zip(contexts, continuations)])
 
 
-@bug(FAMILY, "acc unchanged, acc_norm far lower: every option's score carries the prompt's log-probability")
+@bug(FAMILY, "acc_norm lower, far lower at 3-shot; 0-shot acc unchanged: the prompt's log-probability is in every score")
 def prompt_tokens_scored(pipe: Pipeline) -> Pipeline:
     """The log-probabilities are summed over the whole sequence instead of the continuation only (a
-    loss mask built for the wrong span). The prompt's part is the same for every option, so acc does
-    not move; divided by each option's length for acc_norm, it favours long options."""
+    loss mask built for the wrong span). The prompt's part is the same for every option when the
+    context is not truncated, so zero-shot acc does not move; divided by each option's length for
+    acc_norm, it favours long options. Once the context is truncated to the window, options of
+    different lengths keep different amounts of it, and acc moves too."""
     return pipe.replace(eval_score=_prompt_and_continuation)
 
 
@@ -129,8 +131,9 @@ def norm_by_token_count(pipe: Pipeline) -> Pipeline:
     return pipe.replace(eval_norm_length=_token_count)
 
 
-@bug(FAMILY, "acc_norm is nearly equal to acc on every item: the length barely differs between options")
+@bug(FAMILY, "acc_norm close to acc; identical once contexts are truncated to the window")
 def norm_by_sequence_length(pipe: Pipeline) -> Pipeline:
     """``acc_norm`` divides by the length of the whole scored sequence (context and continuation),
-    which is nearly the same for every option, so the normalisation does almost nothing."""
+    which differs little between options (at 0-shot by the options' few tokens; once the context is
+    truncated to fill the window, not at all), so the normalisation does little or nothing."""
     return pipe.replace(eval_norm_length=_sequence_length)
