@@ -297,9 +297,11 @@ s = 150
 print(f"step {s}: configured {NEW_LR * warmup_then_linear(s, BASE.warmup, BASE.steps):.5f}, "
       f"used {run_b.history['lr'][s]:.5f} (yesterday used {run_a.history['lr'][s]:.5f})")
 print(f"today's lr_gap after the resume: {lr_gap(run_b, OLD.replace(lr=NEW_LR), 100):.3f}")
+same_lr = sum(a == b for a, b in zip(run_a.history["lr"][100:], run_b.history["lr"][100:]))
+print(f"steps 100-199 whose used lr equals yesterday's: {same_lr} of 100")
 
 # %% [markdown]
-# The config says `3e-3`; every step after the resume used yesterday's rate. This is documented
+# The config says `3e-3`; the steps after the resume used yesterday's rate (the count above). This is documented
 # PyTorch behaviour, not a bug in PyTorch: `optimizer.load_state_dict` replaces every param-group
 # hyperparameter (`lr`, `initial_lr`, betas, weight decay) with the checkpoint's, and a scheduler's
 # `load_state_dict` restores its `base_lrs` and `last_epoch`. On its own:
