@@ -197,8 +197,13 @@ def token_frequencies(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
 def sampler_error(generate_fn, logits: torch.Tensor, temperature: float, top_k: int | None = None,
                   n: int = 4000, seed: int = 0) -> float:
     """Max |observed - expected| token frequency of ``generate_fn`` on ``FixedLogits(logits)``: n
-    first tokens, one per prompt row, against ``softmax(logits / temperature)`` (top-k applied). The
-    sampling noise of a correct sampler is about sqrt(p(1-p)/n) <= 0.008 at n = 4000."""
+    first tokens, one per prompt row, against ``softmax(logits / temperature)`` (top-k applied).
+
+    For a correct sampler this is sampling noise: one frequency's standard error is sqrt(p(1-p)/n),
+    at most sqrt(0.25/n) ≈ 0.0079 at n = 4000 (p = 0.5). That is one standard error, not a bound: the
+    max over tokens is often one to three of them. A threshold should be several standard errors;
+    the course's 0.03 at n = 4000 is about 3.8 (under a normal approximation one token exceeds it with
+    probability about 1.4e-4)."""
     model = FixedLogits(logits)
     out = generate_fn(model, torch.zeros(n, 1, dtype=torch.long), 1, temperature=temperature, top_k=top_k, seed=seed)
     scaled = torch.as_tensor(logits, dtype=torch.float64) / temperature
@@ -294,7 +299,8 @@ class Repetition:
 
 def repetition(row, n: int = 4, tail: int = 12) -> Repetition:
     """Distinct n-grams of one generated row, and the shortest period p such that the last ``tail``
-    tokens repeat with period p (0 if none up to tail // 2)."""
+    tokens repeat with period p (0 if none up to tail // 2; notebook 08 uses ``tail=8``: periods up
+    to 4 in the last 8 tokens)."""
     row = [int(x) for x in row]
     grams = [tuple(row[i:i + n]) for i in range(len(row) - n + 1)]
     distinct = len(set(grams)) / len(grams) if grams else 1.0

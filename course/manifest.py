@@ -6,7 +6,8 @@ A manifest has four **components** and a ``run`` block:
   part: a package function by its qualified name (its file's hash covers its code), a function
   defined elsewhere (a notebook cell) by a hash of its compiled code (bytecode, constants, names,
   defaults and closure values; not its file name or line numbers, which change from session to
-  session);
+  session; nor the module globals it reads when called: a notebook function that reads a global
+  keeps its hash when the global changes);
 * ``config``: every setting of the pipeline (its repr), the seed and the number of steps;
 * ``data``: hashes of the training and validation windows and of the exact batches (inputs and
   targets) the run trains on, in order;
@@ -53,7 +54,12 @@ def _code_bytes(code: types.CodeType) -> bytes:
 def function_hash(fn) -> str:
     """What a callable *does*, as a short hash: for a package function, its qualified name; for a
     Python function defined elsewhere, its compiled code, defaults and closure values; for another
-    callable object, its type and repr (a ``functools.partial``: its function and arguments)."""
+    callable object, its type and repr (a ``functools.partial``: its function and arguments).
+
+    The limit: the hash covers what the function's code object holds, not the globals it reads at
+    call time (``SCALE * loss`` with a module-level ``SCALE``: changing ``SCALE`` leaves the hash
+    unchanged), nor other functions it calls by name. Make such values arguments, defaults or closure
+    values, or record them in the config, if the manifest must see them."""
     module = getattr(fn, "__module__", "") or ""
     if isinstance(fn, types.FunctionType):
         if module.split(".")[0] == "course":

@@ -126,11 +126,31 @@ plt.show()
 # | something else changed too, or nothing did | the code, data or environment differ, or nothing does | the manifest diff |
 # | the resume restored the old learning rate | today's config says `3e-3`, but the steps used yesterday's rate | the used-LR telemetry against the configured schedule |
 #
-# The first test is cheap: the timings of today's steps were measured today.
+# The first test is cheap: the timings of today's steps were measured today. Here both histories are
+# in memory and today's run was trained in this notebook, so on its own this comparison cannot come
+# out any other way; the control after it shows what it prints when hypothesis 1 is true.
 
 # %% tags=["demo"]
-fresh_timings = sum(a != b for a, b in zip(run_a.history["t_fwd_bwd"][100:], run_b.history["t_fwd_bwd"][100:]))
-print(f"steps 100-199: {fresh_timings} of 100 forward+backward wall times differ from yesterday's: the steps ran again")
+def fresh_timings(old_log, new_log):
+    """How many of steps 100-199's forward+backward wall times differ between two logs."""
+    return sum(a != b for a, b in zip(old_log["t_fwd_bwd"][100:], new_log["t_fwd_bwd"][100:]))
+
+print(f"steps 100-199: {fresh_timings(run_a.history, run_b.history)} of 100 forward+backward wall times differ "
+      "from yesterday's: the steps ran again")
+
+# %% [markdown]
+# The control: a plot that reads a stale file. Yesterday's log is written to disk, and "today's log"
+# is read from that same path (the wrong-path mistake of hypothesis 1). The test must fire: no wall
+# time differs.
+
+# %% tags=["demo"]
+import json
+
+stale_path = ROOT / "yesterday-log.json"
+stale_path.write_text(json.dumps(run_a.history))
+stale_today = json.loads(stale_path.read_text())  # "today's" log, read from yesterday's file
+print(f"control, today's log read from yesterday's file: {fresh_timings(run_a.history, stale_today)} of 100 "
+      "wall times differ: the test says today's steps never ran")
 
 # %% [markdown]
 # ## The run manifest
@@ -139,7 +159,8 @@ print(f"steps 100-199: {fresh_timings} of 100 forward+backward wall times differ
 # components of named entries (every value a string):
 #
 # * `code`: a hash of each source file of the `course` package, and one entry per pipeline part (a
-#   function defined in a notebook is hashed by its compiled code, so a changed cell shows);
+#   function defined in a notebook is hashed by its compiled code, defaults and closure values, so a
+#   change to the function's own code shows; a change to a global it reads does not, see below);
 # * `config`: every setting of the pipeline, the seed and the number of steps;
 # * `data`: hashes of the training and validation windows and of the exact batches, in order;
 # * `environment`: Python, torch and numpy versions, the platform, torch's thread count, the
@@ -167,6 +188,28 @@ def scaled_loss(logits, batch):
 with_cell = manifest.manifest(OLD.replace(loss_fn=scaled_loss), 0, 200, today_dir)
 changed = [k for k in manifest_a["code"] if manifest_a["code"][k] != with_cell["code"][k]]
 print("code entries that changed:", changed)
+
+# %% [markdown]
+# The limit of that hash: it covers the function's code, not the module globals the code reads at
+# call time. Change the constant inside the function and the hash changes; move the constant into a
+# global and change the global, and the hash stays the same although the loss doubled.
+
+# %% tags=["demo"]
+def scaled_by_two(logits, batch):
+    return 2.0 * F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
+
+SCALE = 1.0
+
+def scaled_by_global(logits, batch):
+    return SCALE * F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
+
+print("constant in the code, 1.0 -> 2.0:  ", manifest.function_hash(scaled_loss), "->",
+      manifest.function_hash(scaled_by_two))
+before = manifest.function_hash(scaled_by_global)
+SCALE = 2.0
+print("global SCALE read by the code, 1.0 -> 2.0:", before, "->", manifest.function_hash(scaled_by_global),
+      "(same hash:", before == manifest.function_hash(scaled_by_global), end=")\n")
+SCALE = 1.0
 
 # %% [markdown]
 # ## Exercise 1: a manifest diff
@@ -254,9 +297,11 @@ s = 150
 print(f"step {s}: configured {NEW_LR * warmup_then_linear(s, BASE.warmup, BASE.steps):.5f}, "
       f"used {run_b.history['lr'][s]:.5f} (yesterday used {run_a.history['lr'][s]:.5f})")
 print(f"today's lr_gap after the resume: {lr_gap(run_b, OLD.replace(lr=NEW_LR), 100):.3f}")
+same_lr = sum(a == b for a, b in zip(run_a.history["lr"][100:], run_b.history["lr"][100:]))
+print(f"steps 100-199 whose used lr equals yesterday's: {same_lr} of 100")
 
 # %% [markdown]
-# The config says `3e-3`; every step after the resume used yesterday's rate. This is documented
+# The config says `3e-3`; the steps after the resume used yesterday's rate (the count above). This is documented
 # PyTorch behaviour, not a bug in PyTorch: `optimizer.load_state_dict` replaces every param-group
 # hyperparameter (`lr`, `initial_lr`, betas, weight decay) with the checkpoint's, and a scheduler's
 # `load_state_dict` restores its `base_lrs` and `last_epoch`. On its own:
@@ -293,10 +338,48 @@ reveal("the rate step 101 uses after the quick fix", prediction,
        "new" if quick.history["lr"][101] == configured_101 else "old")
 
 # %% [markdown]
-# The scheduler recomputes the rate at every step from its `base_lrs`, which still hold yesterday's
-# rate: the quick fix lasts one step. The fix belongs where the state is restored: the pipeline's
-# `restore` part (the function `course.train.resume` hands the loaded checkpoint to). The reference,
-# `checkpoint.restore_state`, loads everything, then puts back the configured hyperparameters and
+# The scheduler used here, a `LambdaLR`, recomputes the rate at every step from its `base_lrs`
+# (`base_lr * lambda(step)`), which still hold yesterday's rate: the quick fix lasts one step. That
+# is a property of this scheduler, not of all of them: the chainable ones (`StepLR`,
+# `ExponentialLR`, ...) compute the next rate from the group's *current* `lr`, so there the quick
+# fix would last. The same quick fix on both, with a toy SGD (saved at `lr=1e-2` after 3 steps,
+# resumed with `lr=3e-3`, the factor 0.9 per step either way):
+
+# %% tags=["demo"]
+from torch.optim.lr_scheduler import ExponentialLR, LambdaLR
+
+def quick_fix_rates(make_scheduler, steps_done=3, old_lr=1e-2, new_lr=3e-3):
+    """The rates of the 3 steps after a resume with the quick fix, and the new schedule's rates."""
+    w = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.SGD([w], lr=old_lr)
+    sched = make_scheduler(opt)
+    for _ in range(steps_done):
+        opt.step()
+        sched.step()
+    saved_opt, saved_sched = opt.state_dict(), sched.state_dict()
+    opt = torch.optim.SGD([w], lr=new_lr)
+    sched = make_scheduler(opt)
+    opt.load_state_dict(saved_opt)
+    sched.load_state_dict(saved_sched)
+    opt.param_groups[0]["lr"] = new_lr * 0.9 ** steps_done  # the quick fix
+    used = []
+    for _ in range(3):
+        opt.step()
+        sched.step()
+        used.append(opt.param_groups[0]["lr"])
+    return used, [new_lr * 0.9 ** (steps_done + k) for k in (1, 2, 3)]
+
+for name, make in {"LambdaLR": lambda o: LambdaLR(o, lambda s: 0.9 ** s),
+                   "ExponentialLR": lambda o: ExponentialLR(o, gamma=0.9)}.items():
+    used, wanted = quick_fix_rates(make)
+    print(f"{name:>13}: rates after the quick fix {[f'{u:.5f}' for u in used]}, "
+          f"new schedule {[f'{x:.5f}' for x in wanted]}, quick fix lasts: {all(abs(u - x) < 1e-12 for u, x in zip(used, wanted))}")
+
+# %% [markdown]
+# A quick fix that happens to work on one scheduler is still fragile: it depends on which scheduler
+# the pipeline uses, and a chainable scheduler's restored `base_lrs` still hold yesterday's rate. The
+# fix belongs where the state is restored: the pipeline's `restore` part (the function
+# `course.train.resume` hands the loaded checkpoint to). The reference, `checkpoint.restore_state`, loads everything, then puts back the configured hyperparameters and
 # base rates and recomputes the current rate from them. The same check, re-run:
 
 # %% tags=["demo"]
@@ -417,7 +500,12 @@ print("latest good:", report.latest_good.name)
 
 # %% [markdown]
 # The crash left a partial temporary file and nothing else changed: `LATEST` still names the step-100
-# checkpoint. Resume from it and finish the run: the crash costs the 10 steps the child trained, not
+# checkpoint. What this test exercises is the write-then-rename order (`os.replace` is atomic, and a
+# reader never sees the partial file under a checkpoint's name). It cannot show what the `fsync`
+# calls are for: a killed process loses nothing already written to the kernel's page cache, so the
+# partial file and every earlier write survive `SIGKILL` with or without them. `fsync` protects
+# against losing the machine itself (power loss, a kernel crash) before the cache reaches the disk,
+# which a test in one running kernel cannot produce. Resume from it and finish the run: the crash costs the 10 steps the child trained, not
 # the run, and the result is still yesterday's unbroken run bit for bit.
 
 # %% tags=["demo"]
@@ -694,8 +782,9 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-07-f72") for i
 #   proves the resume restores what those steps depend on. It cannot see a stale learning rate (the
 #   config did not change), so the resume check needs both tests; and a resume without dropout cannot
 #   show a dropped RNG.
-# * **Atomic writes** prove a reader never sees half a file, on a file system where `os.replace` is
-#   atomic and `fsync` is honoured; they do not make the *content* right (a live `state_dict` saved
+# * **Atomic writes** keep a reader from seeing half a file under a checkpoint's name, on a file system
+#   where `os.replace` is atomic and `fsync` is honoured; the `SIGKILL` test shows the rename order
+#   only, not the `fsync` (that needs power loss or a kernel crash); they do not make the *content* right (a live `state_dict` saved
 #   from another thread can still race with the update).
 # * **The fix** is proved by the check that saw the symptom, re-run after it.
 #
