@@ -19,7 +19,7 @@
   schedule, compares the saved tensors with a copy of the state at the requested step, bit for bit,
   and says for each saved tensor (and the saved learning rate) after which step's update it was.
 * **FLOPs and a utilisation.** ``counted_flops`` (``torch.utils.flop_counter.FlopCounterMode``),
-  ``rule_flops`` (6 N per token plus attention), ``matmul_peak`` (a timed matmul on this machine: a
+  ``rule_flops`` (6 N per position plus attention), ``matmul_peak`` (a timed matmul on this machine: a
   *measured* rate, lower than the hardware's peak, so FLOPs/s divided by it is not MFU, which divides
   by the peak).
 * **What instrumentation costs.** ``overhead`` alternates blocks of steps with per-layer telemetry
@@ -391,8 +391,9 @@ def loop_extras(run, repeats: int = 50) -> dict[str, float]:
 
 
 def overhead(run, blocks: int = 6, block: int = 8) -> dict[str, float]:
-    """Per-layer telemetry (``course.telemetry``: seven statistics per parameter tensor, each an
-    ``.item()``) switched on and off in alternating blocks of one run; the median step time of each
+    """Per-layer telemetry (``course.telemetry``: a clone of every parameter before the update, then
+    seven statistics per parameter tensor, eight ``.item()`` calls since ``rel_update`` takes two)
+    switched on and off in alternating blocks of one run; the median step time of each
     and their ratio."""
     from .telemetry import Telemetry
     from .train import train_steps

@@ -12,21 +12,21 @@
 # **What you learn.**
 # * Time a training step in **phases** (data wait, forward, backward, optimizer, logging, checkpoint,
 #   evaluation) and find which phase a slowdown lives in, against a healthy baseline, phase by phase.
-# * A **synchronous checkpoint** delays its own step. Here the slow disk is a sleep, so the steps
-#   after it are not slowed *by construction*; what a real save can leave behind is named, not measured.
+# * A **synchronous checkpoint** delays its own step. Here the modelled disk write is a sleep, so it
+#   leaves no work for later steps; what a real save can leave behind is named, not measured.
 # * Saving a live `state_dict` from a background thread **races** with training: make the race happen
 #   on purpose (a `threading.Event`), see which step each saved piece comes from (a later step's
 #   tensors under the requested step's label, or two steps in one file), fix it with a copy taken at
-#   the step and prove the fixed checkpoint equal to that state bit for bit.
+#   the step and show it bit-for-bit equal to that state under the forced schedule.
 # * Count **real tokens** (scored targets), not padded positions.
-# * *Optional appendix:* read a scheduled `torch.profiler` trace; count FLOPs with `FlopCounterMode`
-#   against the 6·N·tokens rule; a utilisation of a measured matmul rate (and how MFU proper differs);
+# * *Optional appendix:* read the operator table of a scheduled `torch.profiler` run; count FLOPs with
+#   `FlopCounterMode` against the 6·N·positions rule; a utilisation of a measured matmul rate (and how MFU proper differs);
 #   what instrumentation costs, the loop's own telemetry included.
 # * Debug a **mystery pipeline**: a falsifying test, the slow phase, the fix, graded on pipelines you
 #   have never seen.
 #
-# **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
-# yours). **GPU:** not needed anywhere.
+# **Time.** About 45 seconds of CPU time on the author's machine (`time` of the command that executes
+# the notebook, user plus system; `make bench` times every notebook on yours). **GPU:** not needed anywhere.
 
 # %%
 import statistics
@@ -41,12 +41,15 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # ## Where a step's time goes
 #
 # A small version of the course pipeline (one layer, 16-token windows, batches of 16). The training
-# loop (`course.train.train_steps`) times every step in seven phases and keeps them in `run.phases`:
+# loop (`course.train.train_steps`) times seven phases of every step and keeps them in `run.phases`:
 # `data` (fetch and collate the batch), `fwd` (forward and loss), `bwd` (backward, gradient norm,
 # clipping), `opt` (optimizer and scheduler, and copies of the parameters for the update size), then three parts of the pipeline that run after the
 # update: `log` (`log_step`), `ckpt` (`checkpoint`) and `eval` (evaluation, when `eval_due` says so).
 # The healthy parts log nothing extra, save nothing inside the step, and evaluate every `eval_every`
-# steps. Here a real run, on this machine's clock, evaluating every 20 steps:
+# steps. The loop's bookkeeping after the `opt` phase (`loss.item()`, the parameter norm, the norms
+# for the update size, the finiteness check, appending to `run.history`) is charged to no phase, so
+# in this notebook a step's time means the sum of its seven phases (`throughput.step_times`), which
+# leaves that bookkeeping out. Here a real run, on this machine's clock, evaluating every 20 steps:
 
 # %%
 from course import ModelConfig, Pipeline
@@ -150,8 +153,8 @@ reveal("the phase the lost time lives in", prediction, ", ".join(symptom_found) 
 # ## Closing the loop
 #
 # The data phase is slow from one step on. In a real job the fix at the right depth is in the data
-# source (prefetching, a healthy server); a lower learning rate or a smaller model would raise
-# tokens/s and leave the stall in place. Here the fix is to put the reference batch stream back
+# source (prefetching, a healthy server); a smaller model or a smaller batch would raise tokens/s
+# and leave the stall in place (a lower learning rate would not change the speed at all). Here the fix is to put the reference batch stream back
 # (`batches=None`), and the same check, on a fresh seed, must be quiet:
 
 # %% tags=["demo"]
@@ -184,7 +187,7 @@ plt.show()
 # A checkpoint saved on the training thread every 8 steps, on the real clock. It is a model
 # (`course.bugs.throughput.SyncCheckpoint`): `torch.save` serialises the state into a buffer in
 # memory, and the slow disk is a sleep of the modelled write time; no file is written, and the buffer
-# is freed when the save returns. So in this model the save can only cost its own step.
+# is freed when the save returns. The serialisation is real work; only the disk is a sleep.
 #
 # **Predict.** The median time of the step right after each save, divided by the median of the
 # steps that neither save nor follow a save: about `1`, about `2`, or more?
@@ -205,15 +208,18 @@ med = {k: statistics.median(times[s] for s in v) for k, v in {"saving": saving, 
 print({k: f"{1e3 * v:.2f} ms" for k, v in med.items()}, f"saving / others: {med['saving'] / med['others']:.1f}")
 q1, _, q3 = statistics.quantiles([times[s] for s in others], n=4)
 print(f"spread of the other steps: quartiles {q1 / med['others']:.2f} to {q3 / med['others']:.2f} of their median")
+print("the step after a save lies within those quartiles:", q1 <= med["after"] <= q3)
 reveal("step after a save / other steps", prediction, round(med["after"] / med["others"], 2))
 
 # %% [markdown]
-# The save costs its own step (the `saving / others` ratio printed above). Compare the ratio for the
-# step after a save with the spread of the other steps printed beside it: whatever it differs from 1
-# by is this machine's noise (other processes, caches they used while this one slept), not the disk.
-# That is what the model puts in, not a finding about disks: a sleep leaves no work behind, so the
-# later steps cannot pay for the write here. A real `torch.save` to a file can leave work behind that this cell neither models nor
-# measures: the operating system writes the file's dirty pages back to disk after the call returns
+# The save costs its own step (the `saving / others` ratio printed above). Whether the step after a
+# save pays for it too: compare its ratio with the spread of the other steps (the quartiles printed
+# above, and the line after them). Inside the quartiles, the run shows no cost carried into the next
+# step; outside them, either the save left work behind or the machine was busy on those few steps
+# (only five steps follow a save), so run the cell again before deciding. The sleep that stands for
+# the disk leaves no work behind; the real in-memory serialisation could
+# (memory to free, caches to refill). A real `torch.save` to a
+# file can leave work behind that this cell neither models nor measures: the operating system writes the file's dirty pages back to disk after the call returns
 # (competing for the disk and memory bandwidth), a copy taken for the save holds memory until it is
 # freed, and a save to a network file system can stall later reads. So on a real job, measure the
 # same ratio (the step after a save over the others) before blaming or clearing the checkpoint for a
@@ -272,8 +278,9 @@ reveal("tensors that differ", prediction,
 # %% [markdown]
 # Every tensor differs, the step counters too, and the provenance line says how: every tensor in
 # the file is the state after step 7, written under the label of step 4, while the learning rate
-# beside them is step 4's. A resume from it would start from step 7's weights and moments, count
-# steps from 4 and replay steps 4 to 6's batches: wrong, and nothing in the file says so.
+# beside them is step 4's. A resume from it would start from step 7's weights, moments and Adam step
+# counts, while the loop and the scheduler count from 4 and replay the batches of steps 4 to 6: wrong,
+# and nothing in the file says so.
 #
 # A real asynchronous save can also leave a file with tensors from *two* steps: one that copies the
 # state lazily, part by part, and lets training go on before it has finished. `throughput.model_first`
@@ -404,8 +411,8 @@ plt.show()
 #
 # Now you debug. Below are six pipelines drawn by `course.mystery.draw` from this notebook's bug
 # family: each is healthy or carries one bug, and nothing you can read says which (every part is an
-# opaque `<part>`, every setting the healthy value, and each draw has its own seeds and learning
-# rate). `throughput.traced(pipe)` gives you its run under the cost model (24 steps; `run.phases`,
+# opaque `<part>`; each draw has its own seeds, learning rate and warm-up, and every other setting
+# is the base's). `throughput.traced(pipe)` gives you its run under the cost model (24 steps; `run.phases`,
 # `run.history`), and `throughput.traced(MBASE)` a healthy baseline of the same shape.
 
 # %%
@@ -436,7 +443,7 @@ plt.show()
 # Write `detect(pipe) -> bool`: `True` if a phase of `pipe`'s traced run is slow on several steps
 # against the healthy baseline, `False` for a healthy pipeline. Return a Python or torch bool. Graded
 # like a test suite: quiet on every healthy draw and firing on every broken one, including bugs of
-# this family you have not seen and draws with other seeds. `course.mystery.reveal`, `draw`, `make`,
+# this family that are not among the candidates drawn above and draws with other seeds. `course.mystery.reveal`, `draw`, `make`,
 # `touched`, `throughput.regressions`, `throughput.slow_phase` and `throughput.problems` are switched
 # off while it runs.
 
@@ -476,7 +483,7 @@ _assert_detector(detect, _healthy, _broken, "falsifying test (unseen draws)", of
 #
 # Write `name_cause(pipe) -> str`, returning exactly one of `"healthy"`, `"data"`, `"eval"`,
 # `"checkpoint"`, `"logging"`: the phase the slowdown lives in. Graded on the draws above and on fresh
-# draws (other seeds, and bugs you have not run); an answer that reads the pipeline's settings or
+# draws (other seeds, and bugs of this family that are not among the candidates drawn above); an answer that reads the pipeline's settings or
 # reprs, or is always the same, cannot pass. The same functions are switched off.
 
 # %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
@@ -530,7 +537,7 @@ _assert_names(name_cause, _cases, "slow phase (fresh draws)", off=_OFF)
 #
 # A slow data phase lives in the batch stream *or* in the collate function, not both: test which
 # (replace one, trace again, and see whether the slowdown is gone). Graded by behaviour on fresh draws
-# of broken pipelines (bugs you ran and bugs you did not): the fix may change only the field the bug
+# of broken pipelines (candidates drawn above and bugs of this family that are not among them): the fix may change only the field the bug
 # lives in, and the fixed pipeline, traced on a fresh seed, must show no slow phase
 # (`throughput.problems` against a healthy baseline). No stored number is compared.
 
@@ -590,8 +597,9 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-06-f71") for i
 #   hardware's work. A utilisation depends on its conventions (what counts as a FLOP, forward and
 #   backward, and what it divides by: MFU divides by the hardware's peak, the appendix by a measured
 #   matmul rate), so a number without them cannot be compared.
-# * **The profiler and the telemetry** can change what they measure: measure their cost as a ratio
-#   within one run (appendix).
+# * **The profiler and the telemetry** can change what they measure: the appendix measures the
+#   telemetry's cost as a ratio within one run; measure the profiler's the same way before trusting
+#   its absolute times.
 
 # %% [markdown]
 # ## Appendix (optional, not graded): inside a phase, and the cost of looking
@@ -626,7 +634,7 @@ print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
 counted, by_op = throughput.counted_flops(BASE)
 rule = throughput.rule_flops(BASE)
 print(f"counted by FlopCounterMode: {counted:,} FLOPs per step, by operator {by_op}")
-print(f"6 N per position:           {rule['6N']:,} (N = {rule['N']:,} matmul parameters)")
+print(f"6 N x positions per step:   {rule['6N']:,} (N = {rule['N']:,} matmul parameters)")
 print(f"attention matmuls:          {rule['attention']:,}")
 print(f"rule total:                 {rule['total']:,}; counted / rule = {counted / rule['total']:.4f}")
 
@@ -639,11 +647,12 @@ print(f"rule total:                 {rule['total']:,}; counted / rule = {counted
 # FLOPs per step / step time / the hardware's **peak** FLOP/s: the data-sheet number for the chips
 # and the dtype (times the number of chips), with model FLOPs counting forward and backward and no
 # recomputation. A CPU has no such number in this notebook, so the cell below divides by something
-# else: this machine's float32 matmul rate on one thread, *measured* with a timed 256×256 matmul
-# (best of five). A measured rate is below the peak, so the figure below, the **utilisation of the
+# else: this machine's float32 matmul rate on one thread, *measured* as the best of five rounds of 20
+# timed 256×256 matmuls. A measured rate is below the peak, so the figure below, the **utilisation of the
 # measured matmul rate**, is higher than MFU would be; do not compare it with published MFUs. Its
-# other conventions: model FLOPs = the counted forward + backward above; step time = the median real
-# step of the healthy run at the top of the notebook (one thread, this machine, now).
+# other conventions: model FLOPs = the counted forward + backward above; step time = the median, over
+# the steps of the healthy run at the top of the notebook, of the sum of the seven phases (the loop's
+# bookkeeping after `opt` is left out; one thread, this machine, now).
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
@@ -660,7 +669,8 @@ print(f"measured 256x256 matmul rate {rate / 1e9:.2f} GFLOP/s; achieved {counted
 # ### What instrumentation costs
 #
 # Measuring can change what is measured. `throughput.overhead` switches per-layer telemetry
-# (`course.telemetry`: seven statistics per parameter tensor, each a `.item()`) on and off in
+# (`course.telemetry`: a clone of every parameter before the update, then seven statistics per
+# parameter tensor, eight `.item()` calls since the update size takes two) on and off in
 # alternating blocks of one run and compares the median step times (a ratio within one run, so a
 # steady load on the machine cancels):
 
@@ -676,9 +686,9 @@ print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['o
 # steps faster. On an accelerator each `.item()` also waits for the device; the same measurement is how
 # you find out, and if the cost is not small, log per-layer statistics every k steps.
 #
-# The loop's own timer is nine clock reads per step, but two phases also hold the loop's own
-# telemetry: `bwd` includes the gradient norm (a norm per gradient and an `.item()`) and the clipping,
-# and `opt` includes two flat copies of every parameter (before and after the update, for the
+# The loop's own timer is nine clock reads per step, but two phases also hold work that is not
+# backward or optimizer: `bwd` includes the gradient norm (a norm per gradient and an `.item()`: the
+# loop's telemetry) and the clipping (training, when the pipeline clips), and `opt` includes two flat copies of every parameter (before and after the update, for the
 # relative update size). `throughput.loop_extras` times those apart, right before a short healthy run
 # whose phase medians they are compared with (both on the real clock, so close in time):
 
@@ -687,7 +697,8 @@ print(f"median step: telemetry off {1e3 * cost['off']:.2f} ms, on {1e3 * cost['o
 extras = throughput.loop_extras(start(BASE, seed=0))
 medians = throughput.phase_medians(train_steps(start(BASE, seed=0), 20, eval_every=0))
 for p in ("bwd", "opt"):
-    print(f"{p}: phase median {1e3 * medians[p]:.3f} ms, of which the loop's telemetry {1e3 * extras[p]:.3f} ms "
+    part = {"bwd": "the gradient norm and clipping", "opt": "the update-size copies"}[p]
+    print(f"{p}: phase median {1e3 * medians[p]:.3f} ms, of which {part} {1e3 * extras[p]:.3f} ms "
           f"({extras[p] / medians[p]:.0%})")
 
 # %% [markdown]
