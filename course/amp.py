@@ -9,8 +9,9 @@ What runs everywhere (CPU included):
   stepped or not: a skip shows as the scale falling across ``update()``.
 * ``SavedTensors``: a meter of the bytes of every tensor autograd packs for backward, by a
   ``saved_tensors_hooks`` pair; deterministic, so it works as a test on CPU. It counts each packing
-  (parameters, and a tensor saved by two ops twice), so it is an upper bound on what the graphs pin,
-  not the activations alone.
+  (parameters, and a tensor saved by two ops twice): it overcounts shared storage, can undercount a
+  saved view of a larger tensor (the view pins its whole base) and misses graph nodes: a growth
+  meter, not a bound.
 * ``run``: a short bf16-autocast training loop on a ``Pipeline`` that calls the two parts of
   notebook 10, ``keep_loss`` (what the loop keeps of each step's loss for its history) and
   ``monitor`` (a loss on a fixed probe batch each step), and records per step the saved bytes still
@@ -87,7 +88,7 @@ FP16_MAX = 65504.0
 
 class ScaledLogits(torch.nn.Module):
     """``model``'s logits times ``factor``: the stand-in for a model whose outputs outgrow fp16 (a
-    temperature of 1e-4 where 1 was meant, a missing 1/sqrt(d) that compounds). Under fp16 autocast
+    temperature of 1e-6 where 1 was meant, a missing 1/sqrt(d) that compounds). Under fp16 autocast
     the multiply runs in fp16, so a logit above ``65504 / factor`` in size becomes inf."""
 
     def __init__(self, model: torch.nn.Module, factor: float):
@@ -124,7 +125,8 @@ def precision_run(pipe, dtype=torch.float16, use_scaler: bool = False, steps: in
     """``steps`` training steps of ``pipe``'s model on CPU under ``torch.autocast("cpu", dtype)``
     (``dtype=None``: float32, no autocast), with ``torch.amp.GradScaler("cpu")`` when ``use_scaler``
     and the logits times ``logit_scale`` (``ScaledLogits``). ``lr`` overrides the optimizer's learning
-    rate (0 makes every step a no-op, to test whether the updates cause what is seen); ``batch_seed``
+    rate (0 moves finite weights by nothing, to test whether the updates cause what is seen; a NaN
+    gradient still makes AdamW's weights NaN, since 0 x NaN is NaN); ``batch_seed``
     draws other batches than ``seed``. Records per step the loss, the skip, the scale and whether the
     weights are finite. The pipeline's ``update`` (clipping, schedule) is not called: the optimizer
     steps through the scaler, so this tests the precision, not the pipeline's update."""
@@ -197,8 +199,9 @@ class SavedTensors:
     saved tensors; a graph nobody runs backward on holds them until its last reference goes.
 
     Limits: each packing counts in full, so a parameter saved by the op that uses it, or one tensor
-    saved by two ops, adds its bytes each time (an upper bound on the memory pinned, not a count of
-    distinct storages or of activations alone); tensors packed outside ``with meter:`` or kept
+    saved by two ops, adds its bytes each time (it overcounts shared storage, not a count of distinct storages or of
+    activations alone); a saved view counts its own size though it pins its whole base storage, so
+    it can undercount; graph nodes without saved tensors are not counted: a growth meter, not a bound; tensors packed outside ``with meter:`` or kept
     outside autograd (a list of detached tensors) are not seen."""
 
     def __init__(self):

@@ -11,7 +11,7 @@
 #
 # **What you learn.**
 # * fp16 and bf16 are not two sizes of one thing: fp16 keeps precision and loses range (its largest
-#   finite value is 65504), bf16 keeps float32's range and loses precision (8 significant bits).
+#   finite value is 65504), bf16 keeps practically float32's range and loses precision (8 significant bits).
 # * What autocast does on CPU with bf16 (matmuls in bf16, cross-entropy in float32, softmax and layer
 #   norm in their input's dtype), and why bf16 needs no scaler.
 # * GradScaler's mechanics on CPU (`torch.amp.GradScaler("cpu")`): the scale, the skipped step on an
@@ -27,7 +27,7 @@
 #   reserved, `empty_cache`, peaks per phase), memory-history snapshots (one graded GPU exercise).
 #
 # **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
-# yours). **GPU:** optional. On a kernel without CUDA each GPU cell prints one line, "needs a CUDA
+# yours). **GPU:** optional. On a kernel without CUDA each GPU cell that runs something prints one line, "needs a CUDA
 # GPU: skipped", and the GPU test is reported by the grader as "not graded: needs a GPU kernel"
 # (never as passed, never as zero).
 
@@ -75,8 +75,8 @@ for x in (65520.0, 257.0, 1 + 2 ** -8, 1e-8):
 
 # %% [markdown]
 # Drag the slider: a value, and what each format stores of it (relative error). Where fp16 prints
-# `inf` or `0`, it ran out of range; where bf16's relative error is near 2^-9 ≈ 0.002, it ran out of
-# precision.
+# `inf` or `0`, it ran out of range; where bf16's relative error is near 2^-8 ≈ 0.004 (half its eps of 2^-7,
+# printed 0.00781 above: round-to-nearest), it ran out of precision.
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
@@ -116,8 +116,8 @@ plt.show()
 # `torch.autocast("cpu", dtype=torch.bfloat16)` runs the ops on its lower-precision list (matmuls,
 # linear layers) in bf16 and casts the ops on its float32 list (cross-entropy among them) up to
 # float32. The lists differ by device: on CPU, softmax, log-softmax and layer norm are on neither, so
-# they run in the dtype of their input (bf16 after a linear layer); CUDA's float32 list has softmax
-# too. The parameters stay float32: autocast casts on the fly.
+# they run in the dtype of their input (bf16 after a linear layer); CUDA's float32 list has softmax,
+# log_softmax and layer_norm too. The parameters stay float32: autocast casts on the fly.
 #
 # **Predict.** Inside autocast, the course model's logits come out in some dtype, and
 # `F.cross_entropy` of them in some dtype. Which two?
@@ -156,7 +156,7 @@ for name, t in outs.items():
     print(f"{name:>13}: {str(t.dtype)[6:]}")
 
 # %% [markdown]
-# bf16's range is float32's, so gradients of a bf16 run do not overflow where float32's would not:
+# bf16's range is practically float32's (largest 3.39e+38 against 3.403e+38, printed above), so gradients of a bf16 run do not overflow where float32's would not:
 # bf16 training needs no GradScaler. fp16 does: small gradients underflow to zero in fp16, so the loss
 # is multiplied by a large *scale* before backward and the gradients divided by it before the step.
 #
@@ -232,7 +232,7 @@ for step in range(2):
 # the optimizer step was skipped and `False` when it ran. Clip the **unscaled** gradients
 # (`scaler.unscale_(optimizer)` first: clipping scaled gradients to `clip` clips the real ones to
 # `clip / scale`). Leave the gradients cleared (`optimizer.zero_grad()`) at the end. Graded on fresh
-# toy problems with plain SGD: a clean step must move the weights by exactly the clipped gradient and
+# toy problems with plain SGD: a clean step must move the weights by the clipped gradient (to within rtol 1e-4, atol 1e-5) and
 # return `False`; a poisoned step must leave them unchanged, halve the scale and return `True`. The
 # hidden tests include a step whose loss is finite but whose *scaled* gradient overflows float32: the
 # scaler skips it too, so the answer is what the scaler did, not whether the loss was finite.
@@ -322,7 +322,7 @@ print("poisoned toy step skipped:", amp.scaled_step(toy, opt, chk_scaler, toy_lo
 # whether the weights are finite):
 
 # %%
-BROKEN_SCALE = 1e6  # what the broken model does; the tests below must find it without reading this
+BROKEN_SCALE = 1e6  # what the broken model does; the tests below use it only to build the broken model
 sym = amp.precision_run(BASE, dtype=torch.float16, steps=4, seed=0, logit_scale=BROKEN_SCALE, label="broken fp16, no scaler")
 print(sym.summary())
 print("losses:", sym.losses, "| first non-finite step:", sym.first_nonfinite())
@@ -334,7 +334,7 @@ print("losses:", sym.losses, "| first non-finite step:", sym.first_nonfinite())
 # 1. **The learning rate** blows the weights up. Test: the first loss is computed before any update,
 #    so if it is already non-finite the updates did not cause it; and a run at `lr=0` should then be
 #    non-finite too.
-# 2. **A bad batch** (a corrupt input). Test: other batches, and the same batches in float32.
+# 2. **A bad batch** (a corrupt input). Test: other batches in fp16, and those same batches in float32.
 # 3. **Range**: some value exceeds fp16's 65504. Test: the largest absolute output of each module in
 #    float32 (`amp.activation_peaks`, forward hooks), against 65504 (`amp.over_fp16`).
 
@@ -354,7 +354,23 @@ for run_dtype, ls, name in ((torch.float16, BROKEN_SCALE, "broken, other batches
     print(r.summary())
 
 # %% [markdown]
-# Every other batch fails the same way in fp16, and the same batches are finite in float32: not a
+# These runs say less than they seem to: with no scaler the first NaN reaches the weights, so after
+# step 0 every loss is NaN whatever the batch. Each batch's loss on a fresh model, no update, says more:
+
+# %%
+from course.train import batch_at
+
+fresh_net = amp.ScaledLogits(BASE.build_model(0), BROKEN_SCALE)
+with torch.no_grad():
+    for step in range(4):
+        b = batch_at(BASE, 5, step)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss16 = BASE.loss_fn(fresh_net(b.inputs), b).float().item()
+        loss32 = BASE.loss_fn(fresh_net(b.inputs), b).item()
+        print(f"broken model, batch {step} of seed 5, no update: fp16 loss {loss16:.4g}, float32 loss {loss32:.4g}")
+
+# %% [markdown]
+# Every one of these batches is non-finite in fp16 and finite in float32 before any update: not a
 # bad batch, something about fp16. The range test, on one batch, broken against healthy:
 
 # %%
@@ -368,10 +384,11 @@ for ls, name in ((BROKEN_SCALE, "broken"), (1.0, "healthy control")):
           f"over fp16's max: {amp.over_fp16(peaks)}")
 
 # %% [markdown]
-# The head's output is small, and so is every module's (`amp.over_fp16` names only the logits); the
+# The head's output is small, and no leaf module's peak exceeds 65504 (`amp.over_fp16` names only the logits); the
 # logits the loss sees are beyond 65504, so the cause sits between the head and the loss: a multiply of the logits (here a
-# factor of `BROKEN_SCALE`, a stand-in for a temperature of 1e-6 where 1 was meant). fp16 turns them
-# into inf in the forward pass, and the loss into NaN.
+# factor of `BROKEN_SCALE`, a stand-in for a temperature of 1e-6 where 1 was meant). The multiply
+# overflows fp16 in the forward pass (the logits peak printed above, 3.35e+05, is over 65504), and the
+# loss is NaN.
 #
 # ### The fixes, compared with the same detector
 #
@@ -394,8 +411,8 @@ print("weights finite after step 0, broken fp16 without a scaler:", runs[0].weig
 # %% [markdown]
 # What the printout shows: without a scaler the NaN loss reaches the weights on the first step; with
 # one every step is skipped and the scale halves each time, because no loss scale undoes an overflow in
-# the forward pass (a skip on every step is this symptom); bf16 stays finite, with a loss of the same
-# order as float32's on the broken model; with the multiply removed, fp16 with a scaler skips nothing and its
+# the forward pass (a skip on every step is what this symptom looks like under a scaler); bf16 stays finite, with a last
+# loss of 1.6e+05, as enormous as the broken model's in float32 on other batches above (1.572e+05); with the multiply removed, fp16 with a scaler skips nothing and its
 # last loss is the one float32 prints.
 
 # %% [markdown]
@@ -404,8 +421,8 @@ print("weights finite after step 0, broken fp16 without a scaler:", runs[0].weig
 # "Keep `loss` in a list and memory grows" is true, but what exactly grows? `amp.SavedTensors` counts
 # the bytes of every tensor autograd packs for backward, through `saved_tensors_hooks`: activations,
 # and also parameters saved by the ops that use them and the same tensor packed by two ops, each
-# counted every time. So it is an upper bound on the memory a graph pins, not the activations alone;
-# for a test of growth that is what matters, since a graph that is freed drops all of it. A
+# counted every time. So it overcounts shared storage, can undercount a saved view of a larger tensor
+# (the view pins its whole base), and misses graph nodes: a growth meter, not a bound. For a test of growth that is what matters, since a graph that is freed drops all of it. A
 # weak reference to each step's loss says whether the loss itself is still alive. `amp.run(pipe,
 # steps)` trains under bf16 autocast and calls two parts of the pipeline each step: `keep_loss`
 # (what the history keeps; reference `loss.item()`) and `monitor` (a loss on a fixed probe batch;
@@ -461,7 +478,7 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# `torch.profiler` with `profile_memory=True` sees the same thing from the allocator's side: each
+# `torch.profiler` with `profile_memory=True` sees the same growth from the allocator's side, with somewhat different numbers (the meter counts each packing): each
 # op's "self CPU memory" is what it allocated minus what it freed. Summed over a profiled run, it is
 # what the run left allocated: about zero for the healthy loop, and growing with the steps when the
 # monitor keeps its graph (the run's own records, returned here, are part of what is left).
@@ -637,7 +654,7 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-10-f3a") for i
 # ## On a GPU kernel only
 #
 # The rest needs CUDA (the kernel "Python 3 (debug course, GPU)", `make gpu-kernel`). On a kernel
-# without it, each cell prints one line and does nothing else, and the one GPU test is reported by the
+# without it, each cell that runs something prints one line, and the one GPU test is reported by the
 # grader as "not graded: needs a GPU kernel". The model is bigger here, so that memory and time are
 # worth measuring.
 
@@ -654,7 +671,7 @@ else:
 # %% [markdown]
 # ### fp32, bf16 and fp16 step times
 #
-# Median seconds per training step (CUDA events, after a warm-up), fp16 with a GradScaler.
+# Median time per training step, printed in ms (CUDA events, after a warm-up), fp16 with a GradScaler.
 
 # %% tags=["demo"]
 if GPU:
@@ -669,7 +686,7 @@ else:
 # `memory_allocated` counts tensors alive; `memory_reserved` what PyTorch's caching allocator holds
 # from the driver (freed blocks stay reserved for reuse). `nvidia-smi` shows neither: it shows the
 # process's total, which is reserved plus the CUDA context plus memory outside the caching allocator
-# (cuBLAS workspaces, NCCL buffers, other libraries). `empty_cache` hands unused reserved blocks back. `reset_peak_memory_stats` before a phase and
+# (NCCL buffers, other libraries); cuBLAS workspaces come from the caching allocator. `empty_cache` hands unused reserved blocks back. `reset_peak_memory_stats` before a phase and
 # `max_memory_allocated` after it give that phase's peak.
 
 # %% tags=["demo"]
@@ -707,7 +724,9 @@ else:
 # `_dump_snapshot(path)` writes the same as a pickle for https://pytorch.org/memory_viz. These are
 # private functions: their names and format change between releases (this is PyTorch 2.13). Here a
 # monitor keeps its probe loss with the graph, six steps; `amp.snapshot_growth` sums the live bytes
-# by the innermost frames outside torch.
+# by the innermost frames outside torch. What to expect on a GPU (no GPU ran this here): the largest
+# line points at this cell's `kept.append(...)`, though the frame filter may keep C++ frames that
+# carry no file of ours.
 
 # %% tags=["demo"]
 if GPU:
@@ -800,7 +819,8 @@ else:
 # * **bf16 needs no scaler** because of its range; it still rounds to 8 significant bits, so a loss
 #   that differs from fp32 in the third digit is not a bug.
 # * **The saved-tensor meter** counts every tensor packed for backward while its graph lives
-#   (parameters and duplicates included, so an upper bound on what the graph pins); it does not
+#   (each packing in full, parameters and duplicates included: it overcounts shared storage and can
+#   undercount a saved view of a larger tensor: a growth meter, not a bound); it does not
 #   see graph nodes without saved tensors (a kept loss after backward), which the weak reference to
 #   each loss shows. Neither sees a leak outside autograd (a list of detached tensors that grows).
 # * **On CUDA**, `memory_allocated` is tensors alive and `memory_reserved` what the allocator holds
@@ -809,4 +829,4 @@ else:
 #   sequences need more; it is one when it keeps growing at a steady state (same shapes, after the
 #   first steps) and the snapshot names what holds it. A growing reserved count with flat allocated is
 #   fragmentation or caching. The snapshot names the stack that allocated what is alive; its format is private.
-# * **The fix** is proved by the meters that saw the growth, re-run flat on fresh seeds.
+# * **The fix** is checked by the meters that saw the growth, re-run flat (the graders use fresh seeds).
