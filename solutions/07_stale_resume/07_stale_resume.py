@@ -18,10 +18,10 @@
 #   scheduler's state restores its base rates, so a resumed run with a new learning rate silently
 #   trains at the old one. Fix it where the state is restored, and check the used LR after resuming.
 # * **Bit-identical resume**: a run split with a save and a resume equals the unbroken run in every
-#   logged value and every parameter; dropping the optimizer state, the scheduler, the RNG or the data
+#   logged value except wall times, and every parameter; dropping the optimizer state, the scheduler, the RNG or the data
 #   cursor each breaks this in its own way.
-# * **Checkpoints that survive failure**: atomic writes, keeping the last good checkpoint, a fresh
-#   directory per run, tested by killing a real process in the middle of a save.
+# * **Checkpoints that survive failure**: the write-then-rename order, keeping the last good
+#   checkpoint, a fresh directory per run, tested by killing a real process in the middle of a save.
 # * Debug a **mystery pipeline** yourself: a resume-correctness check, the cause, and the fix,
 #   graded on pipelines you have never seen.
 #
@@ -163,8 +163,9 @@ print(f"control, today's log read from yesterday's file: {fresh_timings(run_a.hi
 #   change to the function's own code shows; a change to a global it reads does not, see below);
 # * `config`: every setting of the pipeline, the seed and the number of steps;
 # * `data`: hashes of the training and validation windows and of the exact batches, in order;
-# * `environment`: Python, torch and numpy versions, the platform, torch's thread count, the
-#   determinism flags.
+# * `environment`: Python, torch and numpy versions, the platform, torch's thread count, whether
+#   deterministic algorithms are enabled, the default dtype, the float32 matmul precision and
+#   `CUBLAS_WORKSPACE_CONFIG`.
 #
 # A fifth block, `run`, says when and where the run was made; it differs for every run by design.
 
@@ -270,7 +271,10 @@ _check_diff(_m0, _m_seed, "another seed and step count")
 
 # %% [markdown]
 # The manifests differ in the config's `lr` and nothing else, so hypotheses 2 and 3 are out: the new
-# learning rate reached the run, and code, data and environment are yesterday's.
+# learning rate reached the run, and code, data and environment are yesterday's. One caveat: here
+# `manifest_b` is built from the same config expression that was passed to the resume, so this
+# comparison cannot fail on hypothesis 2; in a real launcher the run itself must write its manifest
+# from the config it parsed, or the check must read the rate back from the run (`run_b.pipe.lr`).
 
 # %% tags=["demo"]
 print("yesterday -> today:", manifest_diff(manifest_a, manifest_b))
@@ -485,14 +489,14 @@ reveal("latest.pt loads after the interrupted overwrite", prediction, checkpoint
 #
 # Now a real crash. `checkpoint.kill_during_save` starts a separate Python process that resumes the
 # latest good checkpoint of a folder, trains 10 steps and saves; when the first 16 KiB of the new
-# checkpoint are on disk the child tells the parent through a pipe and waits, and the parent kills it
+# checkpoint are written to the file (in the kernel's page cache) the child tells the parent through a pipe and waits, and the parent kills it
 # with `SIGKILL` (nothing in the child runs after that: no `finally`, no cleanup).
 
 # %% tags=["demo"]
 crash_dir = checkpoint.new_run_dir(ROOT, "crash")
 checkpoint.save(resume(BASE, checkpoint.latest_good(yesterday_dir)), crash_dir)  # the last good one: step 100
 report = checkpoint.kill_during_save(BASE, crash_dir, steps=10)
-print(f"child exit code {report.returncode} (-9: SIGKILL); partial file on disk: {report.partial_exists}, "
+print(f"child exit code {report.returncode} (-9: SIGKILL); partial file present: {report.partial_exists}, "
       f"{report.partial_bytes} bytes, loads: {report.partial_loads}")
 print("checkpoints in the folder:", [f for f in report.files if f.endswith(".pt")], "; LATEST names",
       (crash_dir / "LATEST").read_text())
@@ -779,14 +783,14 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-07-f72") for i
 # * **The used-LR telemetry against the configured schedule** proves the optimizer used the rates
 #   the config asks for; it says nothing about moments, RNG or data.
 # * **Split against unbroken**, compared bit for bit in every logged value and every parameter,
-#   proves the resume restores what those steps depend on. It cannot see a stale learning rate (the
+#   shows, for the seed and split tried, that the resume restores what those steps depend on. It cannot see a stale learning rate (the
 #   config did not change), so the resume check needs both tests; and a resume without dropout cannot
 #   show a dropped RNG.
 # * **Atomic writes** keep a reader from seeing half a file under a checkpoint's name, on a file system
 #   where `os.replace` is atomic and `fsync` is honoured; the `SIGKILL` test shows the rename order
 #   only, not the `fsync` (that needs power loss or a kernel crash); they do not make the *content* right (a live `state_dict` saved
 #   from another thread can still race with the update).
-# * **The fix** is proved by the check that saw the symptom, re-run after it.
+# * **The fix** is confirmed, for the inputs tried, by re-running the check that saw the symptom.
 #
 # The last cell removes this notebook's checkpoints.
 

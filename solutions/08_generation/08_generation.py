@@ -14,8 +14,8 @@
 #   from the *true* history, all positions at once) can be healthy, or even too good, while
 #   generation (one token at a time, on a KV cache, from the model's *own* history) is garbage.
 # * Four cheap tests that look at generation itself: **a future-token perturbation** (earlier logits
-#   must not move), **the cache against a full-prefix recompute** (to float32 rounding, not bit for
-#   bit), **the sampler against known logits**, and **generated text scored under the true chain**
+#   must not move), **the cache against a full-prefix recompute** (bit for bit at the prefill, to
+#   float32 rounding after it), **the sampler against known logits**, and **generated text scored under the true chain**
 #   (plus the EOS rate against the language's).
 # * What repetition looks like in numbers: on this model most greedy rows end in a short loop, and
 #   sampled rows do too, less often (more often at a low temperature).
@@ -151,7 +151,8 @@ for name, model in {"healthy, trained": MODEL, "healthy, untrained": BASE.build_
 # (`G.recompute_logits`). The two are the same mathematics but not the same computation: a cached step
 # multiplies one query by the stored keys, the recompute multiplies a (P + k)-row block, and a
 # different kernel or blocking sums in a different order. Float32 addition is not associative, so
-# expect rounding differences of about 1e-6 relative, not bitwise equality. The size on the healthy
+# expect rounding differences of about 1e-6 in absolute logit (about 2e-7 relative, with logits of
+# order 7), not bitwise equality. The size on the healthy
 # generator, step by step:
 
 # %% tags=["demo"]
@@ -213,7 +214,8 @@ for n_layer in (1, 2):
     gap = G.cache_gap(unmasked.generate, unmasked.build_model(0), PROMPTS[:16], 12).max()
     print(f"mask off, {n_layer} layer(s), untrained: largest |cached - recomputed| {gap:.1e} "
           f"(tolerance {G.CACHE_TOLERANCE:.0e})")
-#
+
+# %% [markdown]
 # ## Test 3: the sampler against known logits
 #
 # `G.FixedLogits(logits)` is a stand-in model whose next-token logits are the same vector at every
@@ -266,10 +268,11 @@ for name, (t1, t05, g) in chain_table.items():
     print(f"{name:>26}  {t1:.3f}   {t05:.3f}    {g:.3f}")
 
 # %% [markdown]
-# Most bugs are far off. Two are not: the position offset costs little here (compare its row with the
-# healthy one; the chain's transitions do not depend on absolute position, and this model's
-# predictions apparently depend little on it), and the temperature bug is invisible at T = 1 and in
-# greedy text. A likelihood screen catches gross failures; the consistency tests above catch the quiet ones.
+# Most bugs are far off. Three are not: the position offset costs about 0.1 nats per token here
+# (1.022 against the healthy 0.918 at T = 1, 0.434 against 0.328 greedy; the chain's transitions do
+# not depend on absolute position, and this model's predictions apparently depend little on it), and
+# the two temperature bugs, `temperature-after-softmax` and `temperature-multiplied`, score exactly
+# like the healthy generator at T = 1 (0.918) and in greedy text (0.328): only T = 0.5 shows them. A likelihood screen catches gross failures; the consistency tests above catch the quiet ones.
 #
 # ## Greedy loops more often than sampling
 #
@@ -367,7 +370,10 @@ reveal("share of samples that stop, EOS masked in training", prediction, round(s
 # length is drawn apart from its symbols). Masked EOS is one
 # cause of endless generation; a wrong stop id is another, with a healthy model. The test that tells
 # them apart asks the model directly: the probability it gives EOS where training data ended, and
-# whether the generator stops on the token the model emits.
+# whether the generator stops on the token the model emits. (The share of rows that emit EOS with
+# the wrong stop id can sit a little below the "samples that stop" above, from the same seed: a row
+# that samples PAD before any EOS is now held at PAD and cannot emit EOS later; the cell prints how
+# many rows that was.)
 
 # %% tags=["demo"]
 ends = G.eos_batch(EOS_PIPE.windows("val"), lang.PAD)
@@ -381,6 +387,8 @@ emitted = (wrong_id[:, 4:] == lang.EOS)
 kept_going = (emitted.float().cumsum(1).gt(0) & (wrong_id[:, 4:] != lang.EOS)).any(1).float().mean()
 print(f"healthy model, generator stopping on PAD instead of EOS: {emitted.any(1).float().mean():.3f} of rows emit EOS, "
       f"{kept_going:.3f} write on after it")
+held_at_pad = sum(1 for r in wrong_id[:, 4:].tolist() if lang.PAD in r and (lang.EOS not in r or r.index(lang.PAD) < r.index(lang.EOS)))
+print(f"rows that sampled PAD before any EOS (held at PAD from then on): {held_at_pad} of {len(wrong_id)}")
 
 # %% [markdown]
 # ## Closing the loop: the fix at the right depth, and the same tests again
@@ -458,8 +466,9 @@ for name, p in mysteries.items():
 # **The noise you must tolerate**: float32 rounding between cached and recomputed logits (about 1e-6;
 # 1e-4 is a safe tolerance), and sampling noise: at 4000 samples the standard error of a frequency is
 # at most sqrt(0.25 / 4000) ≈ 0.008. A threshold of 0.03 is about 3.8 standard errors: under a normal
-# approximation one frequency of a correct sampler passes it with probability about 1.4e-4, any of 4
-# tokens with about 6e-4. The broken draws of Tests 1 to 3 move far more than that noise: the cache
+# approximation one frequency of a correct sampler *exceeds* it (a false alarm) with probability about
+# 1.5e-4 (two-sided) at p = 0.5, and any of 4 tokens with at most about 6e-4 (a union bound at
+# p = 0.5; frequencies away from 0.5 have smaller standard errors, so the real rate is far lower). The broken draws of Tests 1 to 3 move far more than that noise: the cache
 # gaps printed in Test 2 are of order 1 to 10 against rounding of order 1e-6, the mask-off
 # perturbation of Test 1 is about 1e+1 trained and 3e-2 untrained against 0, and the broken sampler's
 # max error in Test 3 is about 20 times the healthy one's (the ratio is printed there), some 7 times
@@ -694,4 +703,4 @@ _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-08-f7b") for i
 # * **EOS**: never stopping has several causes (EOS masked in training, a wrong stop id, a template
 #   the model never saw end); P(EOS) where the data ends tests the model, the stop id tests the
 #   generator.
-# * **The fix** is proved by the check that saw the symptom, re-run after it.
+# * **The fix** is confirmed, for the inputs tried, by re-running the check that saw the symptom.
