@@ -131,8 +131,8 @@ capstone.show(capstone.healthy_twin(mine))
 # `result`), and name the family of your draw: `my_family()` returns exactly one of the names printed
 # above. Put your experiments inside `my_diagnosis` so the record's result comes from them. Graded:
 # the record's form (`Diagnosis.problems()` empty) and a family from the list (visible test), and,
-# after your test in section 2, the family of your own draw, counted when your `detect` backs it
-# (hidden test).
+# after your test in section 2, the family of your own draw, counted only together with a `detect`
+# that passes (hidden test).
 
 # %% nbgrader={"grade": false, "grade_id": "diagnosis", "locked": false, "schema_version": 3, "solution": true}
 def my_diagnosis():
@@ -235,11 +235,11 @@ _assert_detector(detect, _healthy, _broken, "detect (fresh draws of your bug, he
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Your family, backed by your test.** The family of your own draw is one fixed word, and anything
-# your notebook runs can read your own draw, so a typed name alone proves no work. The hidden test
-# here gives the family's points only when the name is right *and* your `detect` tells a fresh draw
-# of your bug (other seeds and settings) from a healthy draw of the same recipe: the name counts when
-# your own test backs it.
+# **Your family, together with your test.** The family of your own draw is one fixed word, and
+# anything your notebook runs can read your own draw, so a typed name alone proves no work. The
+# hidden test here (2 points, all or nothing) needs both: `my_family()` names your draw's family,
+# *and* your `detect` passes one more fresh draw of your bug and one healthy draw of the same recipe.
+# A `detect` that fails costs this cell too, besides the two detect cells.
 
 # %% nbgrader={"grade": true, "grade_id": "test_diagnosis_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
@@ -249,10 +249,10 @@ from course.grading import assert_detector as _assert_detector, graded_calls as 
 
 _OFF = _capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS
 _family = _graded_calls(lambda _: my_family(), [None], off=_OFF)[0]
-_theirs = _capstone.draw_for(_identity.identity(MY_NAME))  # the grader's draw, never the notebook's
+_theirs = _capstone.draw_for(_identity.identity(MY_NAME))  # the draw of the id graded (the same draw as mine)
 assert _family == _capstone.answer_family(_theirs), f"my_family() answered {_family!r}, which is not the family of your draw"
 _healthy, _broken = _capstone.grading_draws(_identity.identity(MY_NAME), salt="h-11-fam", n_broken=1, n_healthy=1)
-_assert_detector(detect, _healthy, _broken, "detect, which backs your family (a fresh draw of your bug, a healthy draw)",
+_assert_detector(detect, _healthy, _broken, "detect, needed with your family (a fresh draw of your bug, a healthy draw)",
                  off=_OFF)
 ### END HIDDEN TESTS
 
