@@ -484,7 +484,9 @@ def test_the_scheduler_lost_mid_run_then_unfinished_only(toy, coordinators, clus
     root = course_copy(toy, coordinators, "lost")
     url = new_gradebook(pg, "lost", root)
     submit(root, "a_fast", source(root))
-    submit(root, "b_slow", grading.edit_cells(source(root), {"square": SLOW_SQUARE.replace("(2)", "(5)")}))
+    # b_slow sleeps long enough that a loaded machine still reports a_fast graded while b_slow is
+    # in flight (at 5 s both had finished before the kill once, under a full unit phase)
+    submit(root, "b_slow", grading.edit_cells(source(root), {"square": SLOW_SQUARE.replace("(2)", "(20)")}))
     try:
         proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
                                  "--scheduler", scheduler.address], cwd=grading.REPO,
