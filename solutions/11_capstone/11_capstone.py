@@ -18,10 +18,12 @@
 #    separates them, what each hypothesis predicts, what the test showed, and the family you name;
 # 2. a **falsifying test** `detect(pipe) -> bool`, graded on your draw, on fresh draws of the same bug
 #    with other seeds and settings, and on healthy draws of the same recipe;
-# 3. a **fix** `fix(pipe) -> Pipeline`, graded by training the fixed pipeline on fresh seeds.
+# 3. a **fix** `fix(pipe) -> Pipeline`, graded by training or running the fixed pipeline on fresh
+#    draws of your bug.
 #
-# Every earlier notebook's tools are available; the functions that would answer for you are switched
-# off while you are graded.
+# All of `course` is importable and every earlier notebook's method applies. While you are graded,
+# the package functions that would answer for you are switched off ("The tools" below says which),
+# so the tests you are graded on are the ones you write.
 #
 # **Time.** A few seconds of computation on a laptop CPU for the cells here (your own experiments
 # add to it). **GPU:** not needed.
@@ -43,9 +45,11 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # %% [markdown]
 # ## Who are you?
 #
-# Your draw is keyed by your name. If your course is graded, type **your student id**: the grader
-# computes your draw from the id it grades you under, so a draw made from any other name is not the
-# one your answers are tested on. For self-study, any name will do. Replace the `raise` line.
+# Your draw is keyed by your name. If your course is graded, type **your student id**. While a
+# submission is graded, `identity(MY_NAME)` returns the id the grader grades it under, whatever you
+# typed, so every test grades that id's draw; a different name here costs this section's hidden
+# point, and the draw you investigated would not be the one you are graded on. For self-study, any
+# name will do. Replace the `raise` line.
 
 # %% nbgrader={"grade": false, "grade_id": "my_name", "locked": false, "schema_version": 3, "solution": true}
 MY_NAME = ""  # your student id if your course is graded, any name for self-study
@@ -84,8 +88,8 @@ print(f"your draw: lr {mine.lr}, warm-up {mine.warmup}, language seed {mine.lang
 capstone.print_families()
 
 # %% [markdown]
-# What it does, as you would first see it (`capstone.show` trains or runs it on seed 0 and prints and
-# plots the symptom):
+# What it does, as you would first see it (`capstone.show` trains or runs it on seed 0 and shows the
+# symptom: a plot and a printed line for most families, printed lines for the others):
 
 # %% tags=["demo"]
 capstone.show(mine)
@@ -117,12 +121,15 @@ capstone.show(capstone.healthy_twin(mine))
 # | `generation` | a future-token perturbation, cached logits against a full recompute, the sampler on `FixedLogits` (`course.generate`) (08) |
 # | `evaluation` | each harness stage (`pipe.eval_*`) against its specification on inputs you choose (`course.harness`) (09) |
 #
-# While your answers are graded, `course.mystery`'s `reveal`, `touched`, `draw` and `make`,
-# `capstone.draw_for`, `answer_family`, `reference_fix`, `summary_row`, `practice_explorer`, and the
-# package checks that would answer "is this pipeline broken?" (`capstone.PACKAGE_CHECKS`: each family's symptom check,
-# `checkpoint.resume_check`, `valgap.problems`, `throughput.problems`, `replay.spike_symptom`,
-# `preflight`, `held_out_symptom`, `generate.consistency_problems`, `harness.problems`, the
-# `course.checks` probes, the non-finite locator) are switched off.
+# While your answers are graded, two groups of functions are switched off: the draw machinery
+# (`capstone.SWITCHED_OFF`: `course.mystery`'s `reveal`, `touched`, `draw` and `make`,
+# `capstone.draw_for`, `answer_family`, `reference_fix`, `summary_row`, `practice_explorer`, ...) and
+# every package check that would answer "is this pipeline broken?" (`capstone.PACKAGE_CHECKS`). The
+# second group includes some helpers named in the table: the non-finite locator (`first_nonfinite`,
+# `locate`), `update_report`, the `course.checks` probes (`future_sensitivity` among them),
+# `spike_alerts`, `throughput.slow_phase` and `regressions`, `eval_path_check`, `preflight`. Use them
+# to investigate; your `detect` has to do their work itself. Print
+# `capstone.SWITCHED_OFF + capstone.PACKAGE_CHECKS` for the complete list.
 #
 # ## 1. The diagnosis record
 #
@@ -195,7 +202,7 @@ print(f"{'family':>10}: {my_family()}")
 # ## 2. A falsifying test
 #
 # Write `detect(pipe) -> bool`: `True` if `pipe` has the bug you found, `False` if it is healthy.
-# Return a Python or torch bool. It is graded like a test suite: it must fire on your draw and on
+# Return a bool (Python, numpy or torch). It is graded like a test suite: it must fire on your draw and on
 # fresh draws of the same bug (other seeds, learning rates and warm-ups: the noise it must tolerate),
 # and stay quiet on healthy draws of the same recipe, so one that always (or never) fires scores 0.
 # Keep it to a few seconds a call.
@@ -274,8 +281,9 @@ reveal("detect on the healthy twin of your draw", prediction, detect(capstone.he
 # own), and every other part and setting left as it is: the same objects, the draw's own seeds,
 # learning rate and warm-up. A fix that returns a fresh pipeline, or replaces parts that were not
 # broken, fails. Graded by behaviour: applied to your draw and to fresh draws of the same bug, the
-# fixed pipeline is trained or run on a seed you do not see, and the check of your family's notebook
-# (the one that graded its mystery fix) must find nothing. No stored number is compared.
+# fixed pipeline is trained or run (the hidden test on a seed this notebook never shows), and the
+# check of your family's notebook (the one that graded its mystery fix) must find nothing. No stored
+# number is compared.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
 def fix(pipe):
@@ -329,13 +337,13 @@ capstone.practice_explorer(identity(MY_NAME))
 # %% [markdown]
 # ## What these tests can and cannot prove
 #
-# * **The symptom** says which family to suspect, not which bug: every family here has bugs that look
-#   alike on a loss curve. Only an intervention that each hypothesis answers differently separates
-#   them, with a healthy pipeline as the control.
+# * **The symptom** says which family to suspect, not which bug: the bugs of a family share the
+#   symptom `capstone.print_families()` gives for it. Only an intervention that each hypothesis
+#   answers differently separates them, with a healthy pipeline as the control.
 # * **Your detector** is proved on the draws it was run on: your bug with other seeds and settings,
 #   and healthy draws. It says nothing about other bugs of the family, unless you tested it on them.
-# * **Your fix** is proved by the check that saw the symptom, re-run on fresh seeds with every
-#   untouched part kept; it does not prove the rest of the pipeline healthy.
+# * **Your fix** is graded by your family's notebook check, re-run on fresh draws of your bug with
+#   every untouched part kept; passing it does not prove the rest of the pipeline healthy.
 # * **Practice.** `capstone.draw_for(identity(MY_NAME), attempt=1)` (2, 3, ...) draws another
 #   mystery for you, the widget's practice draws: you can run the whole loop on them too. Only
 #   attempt 0 is graded.
