@@ -4,7 +4,7 @@
 - every entry of ``builtins`` (``abs``, ``isinstance``, ``AssertionError``, ``__import__``, ...);
 - the public attributes of the guarded modules (COURSE_GUARDED, space-separated module names;
   default ``GUARDED``: a few standard and torch modules, and every module of ``course``), and each module's class and ``sys.modules`` entry. A module already
-  imported is snapshotted now; one imported later (torch, course.mystery) right after its own
+  imported is snapshotted now; one imported later (torch, course.exercises.mystery) right after its own
   import finishes, by an import hook, so a student cell that imports and patches it at once is
   still caught. A library import that rebinds a guarded module's attribute on purpose (importing
   ``torch._dynamo``, lazily, wraps ``torch.manual_seed``) is adopted into the snapshot: what that
@@ -58,7 +58,7 @@ import types
 
 def course_modules() -> tuple:
     """Every module of the ``course`` package, named from its files (nothing is imported): hidden
-    tests call the package's checks (``course.throughput.problems``, ``course.valgap...``), so a
+    tests call the package's checks (``course.lessons.throughput.problems``, ``course.lessons.valgap...``), so a
     submission must not be able to replace any of them. Empty where ``course`` is not installed."""
     import importlib.util
     from pathlib import Path
@@ -140,10 +140,10 @@ def install(shell) -> None:
                     course_classes[v] = dict(v.__dict__)
 
     if os.environ.get("COURSE_STUDENT_ID"):
-        # the grader's student id, read before any submitted code runs (course.identity), and
+        # the grader's student id, read before any submitted code runs (course.exercises.identity), and
         # snapshotted with the rest of course: a test cell always sees the id the grader passed
         try:
-            __import__("course.identity")
+            __import__("course.exercises.identity")
         except ImportError:
             pass
     for name in wanted:
@@ -205,7 +205,7 @@ def install(shell) -> None:
     sys.meta_path.insert(0, Hook())
 
     # No audit hook of a submission's: one cannot be removed, and it would see every test cell's
-    # source as it is compiled. A process forked from the kernel (a graded call's, course.isolation)
+    # source as it is compiled. A process forked from the kernel (a graded call's, course.exercises.isolation)
     # may add its own seal.
     kernel_pid, getpid = os.getpid(), os.getpid
 

@@ -21,7 +21,7 @@ kernel). On top of ``Execute`` it:
   if the submission changed how IPython runs cells (a replaced method or helper, a transformer
   that rewrites the test, a wrapped guard hook), if something the test relies on was replaced
   while it ran, or if the guard does not answer before, at the start of, or after the test.
-- passes the nbgrader student id to the kernel (``COURSE_STUDENT_ID``; ``course.identity`` reads it
+- passes the nbgrader student id to the kernel (``COURSE_STUDENT_ID``; ``course.exercises.identity`` reads it
   once, at kernel start, and the guard keeps it): a draw keyed by identity (the capstone) comes
   from the grader, not from what the notebook says;
 - GPU tests: a test cell tagged ``gpu`` in the source notebook (by grade_id, so a submission cannot
@@ -157,7 +157,7 @@ class SandboxedExecute(Execute):
                     f"machine (make sandbox), or set {sandbox.ALLOW_ENV}=1 to grade unprotected.")
             self.log.warning("grading WITHOUT the sandbox (%s=1): %s", sandbox.ALLOW_ENV, reason)
         self._stopped = None
-        # the nbgrader student id, for the kernel's environment (course.identity reads it)
+        # the nbgrader student id, for the kernel's environment (course.exercises.identity reads it)
         self._student = str((resources or {}).get("nbgrader", {}).get("student") or "")
         self._skip = self._demo_cells(nb, resources) if self.skip_demos else set()
         _UNGRADED_GPU.clear()

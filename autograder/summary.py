@@ -18,7 +18,7 @@ the gradebook of ``autograder.database.db_url`` (``COURSE_DB_URL``):
 - "graded on": the kind of machine (``autograder.machine.fingerprint``) that graded each graded
   submission, with the count per kind; the students (and their Dask worker) are listed when more
   than one kind graded or a Dask worker did, since their saved numbers may differ by kind;
-- for the capstone (``course.capstone.ASSIGNMENT``), each student's draw (family and bug, computed
+- for the capstone (``course.exercises.capstone.ASSIGNMENT``), each student's draw (family and bug, computed
   from the student id as the grader computes it) beside the score, and the mean score per family,
   so an instructor sees which families the class finds hard. Only this instructor report shows
   draws: they are in no feedback file.
@@ -156,7 +156,7 @@ def summarize(root: Path, assignment: str, url: str) -> str:
 def capstone_draws(assignment: str):
     """For the capstone: student id -> (family, "family: bug"); None for every other assignment."""
     try:
-        from course import capstone
+        from course.exercises import capstone
     except ImportError:
         return None
     if assignment != getattr(capstone, "ASSIGNMENT", None):

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 import torch  # noqa: E402
 
 from course import Pipeline  # noqa: E402
-from course.train import HISTORY_KEYS, train  # noqa: E402
+from course.reference.train import HISTORY_KEYS, train  # noqa: E402
 
 TIMINGS = {"t_data", "t_fwd_bwd", "t_opt"}
 

@@ -6,12 +6,12 @@ The model here is one the course did not write: a nanoGPT-style causal language 
 ``torch.nn.TransformerEncoder`` whose ``forward(idx, targets=None)`` returns ``(logits, loss)``.
 A Hugging Face model works the same way (its output object has ``.logits``), for example
 ``transformers.GPT2LMHeadModel(GPT2Config(vocab_size=..., n_layer=2, ...))``. Every check reads the
-model's output through ``course.outputs.logits_of``; anything else raises ``ModelOutputError``
+model's output through ``course.toolkit.outputs.logits_of``; anything else raises ``ModelOutputError``
 naming what the model returned.
 
 What you provide, and what the toolkit assumes of it:
 
-* ``batch``: a ``course.data.Batch(inputs, targets, pad_id)`` of ``(B, T)`` int64 ids, where
+* ``batch``: a ``course.reference.data.Batch(inputs, targets, pad_id)`` of ``(B, T)`` int64 ids, where
   ``targets[b, t]`` is the token after ``inputs[b, :t+1]`` (already shifted: a Hugging Face model's
   ``labels`` convention, where the model shifts inside, is *not* this) and ``-100`` is not scored;
 * ``loss_fn(logits, batch)``: your loss, given the logits;
@@ -27,12 +27,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from course.checks import check_batch, update_report
-from course.data import Batch
-from course.nonfinite import locate_step
-from course.outputs import on_logits
-from course.preflight import preflight
-from course.telemetry import outliers, record_model
+from course.toolkit.checks import check_batch, update_report
+from course.reference.data import Batch
+from course.toolkit.nonfinite import locate_step
+from course.toolkit.outputs import on_logits
+from course.toolkit.preflight import preflight
+from course.toolkit.telemetry import outliers, record_model
 
 VOCAB, T = 16, 8
 

@@ -31,7 +31,7 @@ STUCK_ALWAYS = "def loss_is_stuck(losses, window=20, min_drop=0.05):\n    return
 
 # ----- detect ---------------------------------------------------------------------------------------
 DETECT_ALT = ("import warnings\n"   # two real steps of the training loop, schedule included
-              "from course.train import start, train_steps\n\n"
+              "from course.reference.train import start, train_steps\n\n"
               "def detect(pipe):\n"
               "    run = start(pipe, seed=3)\n"
               "    before = [p.detach().clone() for p in run.model.parameters()]\n"
@@ -50,7 +50,7 @@ DETECT_DELEGATES = ("def detect(pipe):\n"   # the package's update_report is swi
                     "    return not one_step_report(pipe).ok\n")
 
 # ----- name_cause -----------------------------------------------------------------------------------
-NAME_ALT = ("import course.train\n\n"
+NAME_ALT = ("import course.reference.train\n\n"
             "def name_cause(pipe):\n"
             "    model = pipe.build_model(1)\n"
             "    params = list(model.parameters())\n"
@@ -62,7 +62,7 @@ NAME_ALT = ("import course.train\n\n"
             "        return 'make_optimizer'\n"
             "    if opt.param_groups[0]['lr'] == 0.0:\n"
             "        return 'optimizer_factory'\n"
-            "    batch = course.train.batch_at(pipe, 1, 0)\n"
+            "    batch = course.reference.train.batch_at(pipe, 1, 0)\n"
             "    pipe.loss_fn(model(batch.inputs), batch).backward()\n"
             "    before = [p.detach().clone() for p in params]\n"
             "    pipe.update(opt)\n"
@@ -93,7 +93,7 @@ NAME_SETTINGS = ("def name_cause(pipe):\n"   # reads pipe.lr, the healthy settin
                  "    return 'healthy'\n")
 
 # ----- fix ------------------------------------------------------------------------------------------
-FIX_ALT = ("import course.pipeline as reference\n\n"
+FIX_ALT = ("import course.reference.pipeline as reference\n\n"
            "def fix(pipe):\n"
            "    part = name_cause(pipe)\n"
            "    if part == 'prepare':\n"
@@ -105,21 +105,21 @@ FIX_ALT = ("import course.pipeline as reference\n\n"
            "    if part == 'update':\n"
            "        return pipe.replace(update=reference.apply_update)\n"
            "    return pipe\n")
-FIX_SHOTGUN = ("from course.pipeline import prepare_model, build_optimizer, adamw, apply_update\n\n"
+FIX_SHOTGUN = ("from course.reference.pipeline import prepare_model, build_optimizer, adamw, apply_update\n\n"
                "def fix(pipe):\n"   # replaces every suspect part: works, but changes parts that were not broken
                "    return pipe.replace(prepare=prepare_model, make_optimizer=build_optimizer,\n"
                "                        optimizer_factory=adamw, update=apply_update)\n")
 FIX_NOTHING = "def fix(pipe):\n    return pipe\n"
 
 # ----- diagnosis_record -----------------------------------------------------------------------------
-_RECORD_HEAD = ("from course.record import Diagnosis\n\n"
+_RECORD_HEAD = ("from course.exercises.record import Diagnosis\n\n"
                 "def diagnosis_record(pipe):\n"
                 "    return Diagnosis(\n"
                 "        symptom='loss flat for 40 steps',\n"
                 "        hypotheses=['no signal', 'a part of the update is broken'],\n"
                 "        test='one step, then the parts one by one',\n"
                 "        prediction='no signal: every tensor moves',\n")
-RECORD_ALT = ("from course.record import Diagnosis\n\n"   # its own checks, not name_cause
+RECORD_ALT = ("from course.exercises.record import Diagnosis\n\n"   # its own checks, not name_cause
               "def diagnosis_record(pipe):\n"
               "    s = one_step(pipe)\n"
               "    params = list(s.model.parameters())\n"
@@ -132,7 +132,7 @@ RECORD_ALT = ("from course.record import Diagnosis\n\n"   # its own checks, not 
               "    return Diagnosis('flat loss', ['nothing learnable in the targets', 'no update'],\n"
               "                     'four checks on one step', 'exactly one check fails if no update', found)\n")
 RECORD_CONSTANT = _RECORD_HEAD + "        result='make_optimizer',\n    )\n"   # right for the own mystery only
-RECORD_REVEAL = _RECORD_HEAD + ("        result=__import__('course.mystery').mystery.reveal(pipe),\n"
+RECORD_REVEAL = _RECORD_HEAD + ("        result=__import__('course.exercises.mystery').exercises.mystery.reveal(pipe),\n"
                                 "    )\n")   # switched off while graded
 
 # Realistic wrong: compares the first and last single losses, not the windows' means: one noisy step
@@ -140,10 +140,10 @@ RECORD_REVEAL = _RECORD_HEAD + ("        result=__import__('course.mystery').mys
 STUCK_ENDPOINTS = ("def loss_is_stuck(losses, window=20, min_drop=0.05):\n"
                    "    return losses[0] - losses[-1] < min_drop\n")
 # Realistic wrong: a record of junk text: every field filled, nothing in it refers to anything.
-RECORD_JUNK = ("from course.record import Diagnosis\n\n"
+RECORD_JUNK = ("from course.exercises.record import Diagnosis\n\n"
                "def diagnosis_record(pipe):\n"
                "    return Diagnosis('x', ['a', 'b'], 't', 'p', name_cause(pipe))\n")
-RECORD_UNRELATED = ("from course.record import Diagnosis\n\n"
+RECORD_UNRELATED = ("from course.exercises.record import Diagnosis\n\n"
                     "def diagnosis_record(pipe):\n"
                     "    return Diagnosis('lorem ipsum dolor', ['sit amet', 'consectetur adipiscing'],\n"
                     "                     'sed eiusmod tempor', 'incididunt labore magna', name_cause(pipe))\n")

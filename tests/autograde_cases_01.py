@@ -89,7 +89,7 @@ _DETECT_NO_UPDATE_TEST = _LOGIT_CHANGES + """def detect(pipe, seed=0):
     return ch["future"] > 1e-6 or ch["past"] < 1e-6 or ch["position"] < 1e-6
 """
 # degenerate: delegates to the package's probes and update report
-_DETECT_DELEGATES = _LOGIT_CHANGES + """from course.checks import update_report, future_sensitivity
+_DETECT_DELEGATES = _LOGIT_CHANGES + """from course.toolkit.checks import update_report, future_sensitivity
 
 def detect(pipe, seed=0):
     model, V = pipe.build_model(seed), pipe.language().vocab_size
@@ -169,10 +169,10 @@ _FIX_OWN_PARTS = """def fix(pipe):
     return pipe
 """
 # realistic: "reset everything that could be the cause": replaces parts that were not broken too
-_FIX_BOTH_PARTS = """import course.pipeline
+_FIX_BOTH_PARTS = """import course.reference.pipeline
 
 def fix(pipe):
-    return pipe.replace(collate=next_token_batch, prepare=course.pipeline.prepare_model)
+    return pipe.replace(collate=next_token_batch, prepare=course.reference.pipeline.prepare_model)
 """
 
 CHECK_BATCH_TESTS = {"test_check_batch_visible", "test_check_batch_types", "test_check_batch_mask"}
@@ -188,8 +188,8 @@ CASES = [
                        + _ENTROPY_COUNTS_IGNORED},
          {"test_masked_unigram_entropy"}),
     Case("01_baselines", "baselines_delegate",
-         {"baselines": "from course.baselines import uniform_loss\n"
-                       "from course.baselines import unigram_entropy as masked_unigram_entropy\n"},
+         {"baselines": "from course.toolkit.baselines import uniform_loss\n"
+                       "from course.toolkit.baselines import unigram_entropy as masked_unigram_entropy\n"},
          {"test_uniform_loss", "test_masked_unigram_entropy"}),
     # 01, exercise 2: the batch check graded by mutation: always raising earns nothing, a delegation
     # to the package's check fails every cell (switched off, visible cell too), a check without the
@@ -198,7 +198,7 @@ CASES = [
          {"check_batch": "def check_batch(batch, vocab_size):\n    raise ValueError('bug')\n"},
          CHECK_BATCH_TESTS),
     Case("01_baselines", "check_delegates",
-         {"check_batch": "from course.checks import check_batch as _pkg_check\n\n"
+         {"check_batch": "from course.toolkit.checks import check_batch as _pkg_check\n\n"
                          "def check_batch(batch, vocab_size):\n    _pkg_check(batch, vocab_size)\n"},
          CHECK_BATCH_TESTS),
     Case("01_baselines", "check_without_types", {"check_batch": _CHECK_BATCH_WITHOUT_TYPES},

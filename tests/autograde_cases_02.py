@@ -85,7 +85,7 @@ _CAUSE_IGNORES_WHEN = _CAUSE_HEAD + """    return {"embeddings": "embedding-scal
             "params": "adam-eps-zero", "optimizer": "adam-eps-zero"}[stage]
 """
 
-_CAUSE_DELEGATES = _CAUSE_HEAD + """    from course.nonfinite import advise, when_of
+_CAUSE_DELEGATES = _CAUSE_HEAD + """    from course.toolkit.nonfinite import advise, when_of
     return advise(when_of(step, stage), stage).examples[0]
 """
 
@@ -154,7 +154,7 @@ CASES = [
          {"mystery_detect": "def detect(pipe):\n    return locate(pipe, HORIZON, 0) is not None\n"}, DETECT_TESTS),
     Case(A, "detect_delegates_train",
          {"mystery_detect": "def detect(pipe):\n"
-                            "    from course.train import train\n"
+                            "    from course.reference.train import train\n"
                             "    return train(pipe, HORIZON, 0, eval_every=0).stopped is not None\n"}, DETECT_TESTS),
     # Mystery (b): name the cause (the fix calls it, so a wrong name loses the fix cells too)
     Case(A, "cause_alternative", {"mystery_cause": _CAUSE_ALT}, set()),

@@ -12,7 +12,7 @@ _COLLATE_TESTS = {"test_collate_sft_visible", "test_collate_sft_pipelines"}
 _DETECT_TESTS = {"test_mystery_detect_visible", "test_mystery_detect_hidden"}
 
 # A collator that masks the prompt but forgets the answer prefix (the assistant markers are supervised).
-_COLLATE_PREFIX_SCORED = """from course.data import Batch
+_COLLATE_PREFIX_SCORED = """from course.reference.data import Batch
 
 
 def collate_sft(examples, template, pad_id, eos_id):
@@ -71,7 +71,7 @@ DETECT_OVERFIT_ONLY = '''def detect(pipe):
 DETECT_ALWAYS = '''def detect(pipe):
     return True
 '''
-DETECT_PREFLIGHT = '''from course.preflight import preflight_pipeline as _pf
+DETECT_PREFLIGHT = '''from course.toolkit.preflight import preflight_pipeline as _pf
 
 
 def detect(pipe):
@@ -139,7 +139,7 @@ def name_cause(pipe):
 CAUSE_CONSTANT = '''def name_cause(pipe):
     return "healthy"
 '''
-FIX_ALT = '''from course.pipeline import build_optimizer, token_cross_entropy, apply_update
+FIX_ALT = '''from course.reference.pipeline import build_optimizer, token_cross_entropy, apply_update
 
 
 def fix(pipe):
@@ -162,7 +162,7 @@ def fix(pipe):
         return pipe.replace(make_optimizer=build_optimizer)
     return pipe.replace(update=apply_update)
 '''
-FIX_EVERYTHING = '''from course.pipeline import build_optimizer, token_cross_entropy, apply_update
+FIX_EVERYTHING = '''from course.reference.pipeline import build_optimizer, token_cross_entropy, apply_update
 
 
 def fix(pipe):
@@ -176,7 +176,7 @@ FIX_FRESH = '''def fix(pipe):
 FIX_NOTHING = '''def fix(pipe):
     return pipe
 '''
-COLLATE_TENSOR_COPY = '''from course.data import Batch
+COLLATE_TENSOR_COPY = '''from course.reference.data import Batch
 
 
 def collate_sft(examples, template, pad_id, eos_id):
@@ -196,8 +196,8 @@ def collate_sft(examples, template, pad_id, eos_id):
         targets[i, (pos < c - 1) | (pos >= len(s) - 1)] = IGNORE
     return Batch(inputs, targets, pad_id)
 '''
-COLLATE_DELEGATES = '''from course.data import Batch
-from course.sft import collate_sft as _pkg_collate
+COLLATE_DELEGATES = '''from course.reference.data import Batch
+from course.lessons.sft import collate_sft as _pkg_collate
 
 
 def collate_sft(examples, template, pad_id, eos_id):
@@ -258,7 +258,7 @@ CASES = [
     Case(_A, "gate_always_fails",
          {"mask_gate": "def mask_gate(batch, examples, template, eos_id):\n    raise ValueError('bad mask')\n"}, _GATE_TESTS),
     Case(_A, "gate_delegates",
-         {"mask_gate": "from course.sft import mask_gate as _pkg_gate\n\n"
+         {"mask_gate": "from course.lessons.sft import mask_gate as _pkg_gate\n\n"
                        "def mask_gate(batch, examples, template, eos_id):\n    _pkg_gate(batch, examples, template, eos_id)\n"},
          _GATE_TESTS),
     Case(_A, "gate_asserts_whole_rows", {"mask_gate": GATE_ALT}, set()),

@@ -20,7 +20,7 @@ DETECT_TESTS = {"test_detect", "test_detect_hidden"}
 NAME_TESTS = {"test_name_cause", "test_name_cause_hidden"}
 FIX_TESTS = {"test_fix", "test_fix_hidden"}
 
-_HEADER = "from course.alerts import Alert, AlertPolicy\n\n\n"
+_HEADER = "from course.toolkit.alerts import Alert, AlertPolicy\n\n\n"
 
 # ----- observe --------------------------------------------------------------------------------------
 _NONFINITE_OBEYS_COOLDOWN = _HEADER + """def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss=None):
@@ -91,7 +91,7 @@ def first_spike(losses, ratio=1.4, window=10):
 """
 
 _DETECT_ALT = _FIRST_SPIKE + """import torch
-from course.train import start, train_steps
+from course.reference.train import start, train_steps
 
 
 def detect(pipe):
@@ -102,7 +102,7 @@ def detect(pipe):
 """
 
 _DETECT_TOKEN_SHARE = _FIRST_SPIKE + """import torch
-from course.train import batch_at
+from course.reference.train import batch_at
 
 
 def detect(pipe):   # looks at the data only: catches a flooded shard, nothing else
@@ -113,7 +113,7 @@ def detect(pipe):   # looks at the data only: catches a flooded shard, nothing e
     return False
 """
 
-_DETECT_LOGGED_LR = _FIRST_SPIKE + """from course.train import start, train_steps
+_DETECT_LOGGED_LR = _FIRST_SPIKE + """from course.reference.train import start, train_steps
 
 
 def detect(pipe):   # the logged learning rate is the scheduler's: it never jumps
@@ -125,7 +125,7 @@ _DETECT_REPR = _FIRST_SPIKE + """def detect(pipe):
     return "<part>" in repr(pipe)
 """
 
-_DETECT_DELEGATES = _FIRST_SPIKE + """from course.replay import spike_alerts
+_DETECT_DELEGATES = _FIRST_SPIKE + """from course.lessons.replay import spike_alerts
 
 
 def detect(pipe):
@@ -135,7 +135,7 @@ def detect(pipe):
 # ----- name_cause -----------------------------------------------------------------------------------
 _NAME_ALT = """import statistics
 import torch
-from course.train import batch_at, start, train_steps
+from course.reference.train import batch_at, start, train_steps
 
 
 def _spiky(losses):
@@ -153,7 +153,7 @@ def name_cause(pipe):
 
 _NAME_TOKEN_SHARE = """import statistics
 import torch
-from course.train import batch_at, start, train_steps
+from course.reference.train import batch_at, start, train_steps
 
 
 def name_cause(pipe):   # blames the data only when one token floods a batch near the spike
@@ -183,21 +183,21 @@ def name_cause(pipe):
 
 # ----- fix ------------------------------------------------------------------------------------------
 _FIX_ALT = """import torch
-import course.pipeline
-from course.train import batch_at
+import course.reference.pipeline
+from course.reference.train import batch_at
 
 
 def fix(pipe):
     ref = pipe.replace(batches=None)
     if any(not torch.equal(batch_at(pipe, 1, i).targets, batch_at(ref, 1, i).targets) for i in range(50, 80)):
         return ref
-    return pipe.replace(optimizer_factory=course.pipeline.adamw)
+    return pipe.replace(optimizer_factory=course.reference.pipeline.adamw)
 """
 
 _FIX_TOKEN_QUARANTINE = """import torch
-import course.pipeline
-from course.replay import Quarantine
-from course.train import batch_at
+import course.reference.pipeline
+from course.lessons.replay import Quarantine
+from course.reference.train import batch_at
 
 
 def _flooded(batch):
@@ -208,21 +208,21 @@ def _flooded(batch):
 def fix(pipe):   # a data check that sees only flooded inputs: a garbled shard passes it
     if any(_flooded(batch_at(pipe, 0, i)) for i in range(75)):
         return pipe.replace(batches=Quarantine(pipe.batches, _flooded))
-    return pipe.replace(optimizer_factory=course.pipeline.adamw)
+    return pipe.replace(optimizer_factory=course.reference.pipeline.adamw)
 """
 
-_FIX_FRESH_PIPE = """from course.replay import MYSTERY_PIPE
+_FIX_FRESH_PIPE = """from course.lessons.replay import MYSTERY_PIPE
 
 
 def fix(pipe):
     return MYSTERY_PIPE
 """
 
-_FIX_SHOTGUN = """import course.pipeline
+_FIX_SHOTGUN = """import course.reference.pipeline
 
 
 def fix(pipe):
-    return pipe.replace(batches=None, optimizer_factory=course.pipeline.adamw, update=course.pipeline.apply_update)
+    return pipe.replace(batches=None, optimizer_factory=course.reference.pipeline.adamw, update=course.reference.pipeline.apply_update)
 """
 
 CASES = [

@@ -126,7 +126,7 @@ _NAME_READS_SETTINGS = """def name_cause(pipe):
 """
 
 # ----- fix -----------------------------------------------------------------------------------------
-_FIX_ALT = """from course.pipeline import set_eval_mode
+_FIX_ALT = """from course.reference.pipeline import set_eval_mode
 
 def fix(pipe):
     cause = name_cause(pipe)
@@ -147,12 +147,12 @@ def fix(pipe):
 
 # Realistic wrong: an eval bug "fixed" by replacing both evaluation parts without testing which one
 # is broken (and overfitting treated with weight decay, a setting): changes what was not broken.
-_FIX_BOTH_EVAL_PARTS = """import course.pipeline
+_FIX_BOTH_EVAL_PARTS = """import course.reference.pipeline
 
 def fix(pipe):
     cause = name_cause(pipe)
     if cause == "eval-bug":
-        return pipe.replace(eval_mode=course.pipeline.set_eval_mode, eval_loss_fn=None)
+        return pipe.replace(eval_mode=course.reference.pipeline.set_eval_mode, eval_loss_fn=None)
     if cause in ("shift", "leakage"):
         return pipe.replace(val_source=None)
     if cause == "overfitting":

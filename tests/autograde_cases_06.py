@@ -109,24 +109,24 @@ _NAME_DELEGATES = """def name_cause(pipe):
 
 # ----- fix --------------------------------------------------------------------------------------------
 # Tries the batch stream first for a slow data phase, and names the references through their module.
-_FIX_ALT = """import course.phases
-from course.data import next_token_batch
+_FIX_ALT = """import course.toolkit.phases
+from course.reference.data import next_token_batch
 
 def fix(pipe):
     cause = name_cause(pipe)
     if cause == "data":
         trial = pipe.replace(batches=None)
         return trial if name_cause(trial) == "healthy" else pipe.replace(collate=next_token_batch)
-    field, value = {"checkpoint": ("checkpoint", course.phases.no_checkpoint),
-                    "eval": ("eval_due", course.phases.eval_on_schedule),
-                    "logging": ("log_step", course.phases.log_nothing)}.get(cause, (None, None))
+    field, value = {"checkpoint": ("checkpoint", course.toolkit.phases.no_checkpoint),
+                    "eval": ("eval_due", course.toolkit.phases.eval_on_schedule),
+                    "logging": ("log_step", course.toolkit.phases.log_nothing)}.get(cause, (None, None))
     return pipe if field is None else pipe.replace(**{field: value})
 """
 
 # Realistic wrong: a slow data phase "fixed" by replacing both data parts without testing which one
 # is broken (changes a part that was not broken).
-_FIX_BOTH_DATA_PARTS = """from course.data import next_token_batch
-from course.phases import eval_on_schedule, log_nothing, no_checkpoint
+_FIX_BOTH_DATA_PARTS = """from course.reference.data import next_token_batch
+from course.toolkit.phases import eval_on_schedule, log_nothing, no_checkpoint
 
 def fix(pipe):
     cause = name_cause(pipe)

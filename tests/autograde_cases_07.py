@@ -44,7 +44,7 @@ _DIFF_WITH_RUN = """def manifest_diff(old, new):
 # ----- detect --------------------------------------------------------------------------------------
 # Another way: inspect the restored state itself instead of training on after the resume.
 _DETECT_STATE = """def detect(pipe):
-    from course.train import save_checkpoint
+    from course.reference.train import save_checkpoint
     run = train_steps(start(pipe, 1), 5, eval_every=0)
     rng = torch.get_rng_state()
     buf = io.BytesIO()
@@ -74,7 +74,7 @@ _DETECT_SPLIT_ONLY = """def detect(pipe):
 
 # ----- name_cause ----------------------------------------------------------------------------------
 # Another way: the batch the first resumed step trains on tells the data cursor from the RNG.
-_NAME_ALT = """from course.train import batch_at
+_NAME_ALT = """from course.reference.train import batch_at
 
 def name_cause(pipe):
     seed = 2

@@ -1,6 +1,6 @@
 """Targeted submissions for 11_capstone (see tests/autograde_cases.py for the format).
 
-The capstone's draw is keyed by the nbgrader student id (``course.identity``), and cases packed into
+The capstone's draw is keyed by the nbgrader student id (``course.exercises.identity``), and cases packed into
 one submission are graded as "pack_<names>", another id and so another draw. So every case here is
 ``alone=True``, submitted under its own student name, and (except the copied one) each name was
 chosen so that its draw has the same bug as the draw of "solution" (resume: data-cursor-reset):
@@ -10,7 +10,7 @@ as a learner would. Each alone case costs one notebook execution, so there are e
 something different.
 """
 from autograder.grading import Case
-from course import capstone
+from course.exercises import capstone
 
 A = "11_capstone"
 NAME, NAME_H = "test_my_name", "test_my_name_hidden"
@@ -36,7 +36,7 @@ _ALT_DIAGNOSIS = '''def my_diagnosis():
     seen = []
     run = train_steps(start(mine, 1), 5, eval_every=0)
     buf = io.BytesIO()
-    from course.train import save_checkpoint
+    from course.reference.train import save_checkpoint
     save_checkpoint(run, buf)
     train_steps(resume(mine, io.BytesIO(buf.getvalue())), 1, eval_every=0,
                 on_step=lambda r, s, b: seen.append(b))
@@ -56,7 +56,7 @@ def my_family():
 '''
 
 _ALT_DETECT = '''def detect(pipe):
-    from course.train import save_checkpoint
+    from course.reference.train import save_checkpoint
     run = train_steps(start(pipe, 2), 6, eval_every=0)
     buf = io.BytesIO()
     save_checkpoint(run, buf)

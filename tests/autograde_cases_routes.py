@@ -1,4 +1,4 @@
-"""Work-free answers to every notebook's mystery, one per route to the answer (see course.isolation).
+"""Work-free answers to every notebook's mystery, one per route to the answer (see course.exercises.isolation).
 
 Each notebook gets one submission whose answer cells keep the solution's code and then redefine the
 graded functions with an answer that does no work, each by another route:
@@ -25,16 +25,16 @@ SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 READS_REGISTRY = '''
 
 def detect(pipe, *args, **kwargs):  # work-free: the registry
-    from course import mystery
+    from course.exercises import mystery
     return mystery._SECRETS[id(pipe)][1].answer != "healthy"
 '''
 
 READS_PART = '''
 
 def name_cause(pipe, *args, **kwargs):  # work-free: the function inside a part
-    import course.pipeline
-    reference = course.pipeline.Pipeline()
-    for field in course.pipeline.PARTS:
+    import course.reference.pipeline
+    reference = course.reference.pipeline.Pipeline()
+    for field in course.reference.pipeline.PARTS:
         part = getattr(pipe, field)
         inner = getattr(part, "_Part__fn", None)
         if inner is None:  # the generator that holds it, opened by a library's helper
@@ -61,7 +61,7 @@ def fix(pipe, *args, **kwargs):  # work-free: the garbage collector to the regis
 # learner's detect as well (test_diagnosis_hidden), so with the work-free detect above they are lost.
 FAMILY_READS_REGISTRY = '''
 
-from course import capstone as _cap, mystery as _mys
+from course.exercises import capstone as _cap, mystery as _mys
 _READ = _cap.FAMILY_OF[_mys._SECRETS[id(mine)][1].answer]  # work-free: the registry, at the top level
 
 
@@ -91,16 +91,16 @@ PRIVATE = {
     "02_nan_decision_tree": '''
 
 def detect(pipe):  # work-free: the locator's private helper
-    import course.nonfinite as nf
+    import course.toolkit.nonfinite as nf
     return nf._any_bad(nf.trace(pipe, HORIZON, 0))
 ''',
     "03_overfit_controls": '''
 
 def detect(pipe):  # work-free: the pre-flight's private checks, on the pipeline's own pieces
-    import course.preflight as pf
+    import course.toolkit.preflight as pf
     from course import Batch
-    from course.overfit import pipeline_step
-    from course.train import batch_at
+    from course.toolkit.overfit import pipeline_step
+    from course.reference.train import batch_at
     model = pipe.build_model(0)
     opt = pipe.make_optimizer(model, pipe)
     full = batch_at(pipe, 0, 0)
@@ -161,7 +161,7 @@ def _cases() -> list:
         tag = assignment[:2]
         student, extra = f"routes_{tag}_registry_part_gc", {}
         if assignment == "11_capstone":  # graded under its own id: pick one that draws the solution's bug
-            from course import capstone
+            from course.exercises import capstone
             student = next(f"routes_11_{i}" for i in range(10_000)
                            if capstone._choice(f"routes_11_{i}")[:2] == capstone._choice("solution")[:2])
             extra = {"my_name": f'MY_NAME = "{student}"\n', **_append(assignment, {"diagnosis": FAMILY_READS_REGISTRY})}

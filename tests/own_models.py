@@ -30,13 +30,13 @@ import torch.nn.functional as F
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from course.checks import BatchContractError, check_batch, update_report
-from course.data import Batch
-from course.nonfinite import locate_step
-from course.outputs import on_logits
-from course.overfit import plain_step
-from course.preflight import preflight
-from course.telemetry import record_model
+from course.toolkit.checks import BatchContractError, check_batch, update_report
+from course.reference.data import Batch
+from course.toolkit.nonfinite import locate_step
+from course.toolkit.outputs import on_logits
+from course.toolkit.overfit import plain_step
+from course.toolkit.preflight import preflight
+from course.toolkit.telemetry import record_model
 
 V, T, ROWS, D = 16, 8, 4, 32
 PAD = V - 1  # never drawn as a token, so no target is padding

@@ -29,7 +29,7 @@ import pytest
 from autograde_cases import CASES as REAL_CASES
 from autograder import demo_cells, grading, toy_course
 from autograder.sandboxed_execute import NOT_GRADED_GPU, gpu_cells
-from course import capstone
+from course.exercises import capstone
 
 # GPU tests (test cells tagged gpu) are graded only where the grading kernel has CUDA; make test-gpu
 # runs this file with GRADE_KERNEL=gpu. Elsewhere they must be recorded as not graded.

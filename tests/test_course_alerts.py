@@ -1,4 +1,4 @@
-"""Specifications of ``course.alerts``: each alert fires on its trigger and only then, the per-kind
+"""Specifications of ``course.toolkit.alerts``: each alert fires on its trigger and only then, the per-kind
 cooldown, and the non-finite path (bypasses the cooldown, changes no state). Every test that checks an
 alert fires also checks the same policy stays quiet without the trigger (the negative control)."""
 
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from course.alerts import KINDS, AlertPolicy, alert_explorer, replay_alerts
+from course.toolkit.alerts import KINDS, AlertPolicy, alert_explorer, replay_alerts
 
 NAN, INF = float("nan"), float("inf")
 

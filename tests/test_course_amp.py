@@ -1,11 +1,13 @@
-"""course.amp (notebook 10) and the amp-memory bugs, on CPU. The GPU helpers are checked only for
+"""course.lessons.amp (notebook 10) and the amp-memory bugs, on CPU. The GPU helpers are checked only for
 refusing cleanly without CUDA (they never ran here when this machine has none)."""
 import pytest
 import torch
 
-from course import ModelConfig, Pipeline, amp, mystery
+from course import ModelConfig, Pipeline
+from course.lessons import amp
+from course.exercises import mystery
 from course.bugs import catalogue, inject
-from course.grading import switched_off
+from course.exercises.grading import switched_off
 
 BASE = Pipeline().replace(n_symbols=8, seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                           n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
@@ -120,7 +122,7 @@ def test_precision_run_fp16_forward_overflow_with_and_without_a_scaler_on_cpu():
 def test_precision_run_lr_zero_and_batch_seed_options_take_effect():
     frozen = amp.precision_run(BASE, dtype=None, steps=2, lr=0.0)
     model = BASE.build_model(0)
-    from course.train import batch_at
+    from course.reference.train import batch_at
     b = batch_at(BASE, 0, 1)
     with torch.no_grad():
         assert abs(BASE.loss_fn(model(b.inputs), b).item() - frozen.losses[1]) < 1e-5  # no update happened
@@ -131,7 +133,7 @@ def test_precision_run_lr_zero_and_batch_seed_options_take_effect():
 
 
 def test_activation_peaks_find_the_scaled_logits_and_only_them():
-    from course.train import batch_at
+    from course.reference.train import batch_at
     model, b = BASE.build_model(0), batch_at(BASE, 0, 0)
     healthy = amp.activation_peaks(model, b.inputs)
     assert amp.over_fp16(healthy) == [] and "head" in healthy and healthy["logits"] == healthy["head"]

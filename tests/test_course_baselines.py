@@ -1,4 +1,4 @@
-"""Specifications of ``course.baselines``: ln(V) and the entropy of the targets a loss actually scores."""
+"""Specifications of ``course.toolkit.baselines``: ln(V) and the entropy of the targets a loss actually scores."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from course import IGNORE
-from course.baselines import loss_at_init, uniform_loss, unigram_entropy
-from course.model import ModelConfig, TinyGPT
+from course.toolkit.baselines import loss_at_init, uniform_loss, unigram_entropy
+from course.reference.model import ModelConfig, TinyGPT
 
 
 def _counter_entropy(values: list[int]) -> float:
@@ -87,7 +87,7 @@ def test_loss_at_init_is_the_eval_mode_cross_entropy_and_restores_the_mode():
 # ----- the exact chain's loss and the held-out symptom ---------------------------------------------
 def test_chain_loss_is_the_chains_own_cross_entropy():
     from course import MarkovLanguage
-    from course.baselines import chain_loss
+    from course.toolkit.baselines import chain_loss
     lang = MarkovLanguage(6, seed=3)
     w = lang.sample(5, 7, 0)
     S = lang.n_symbols
@@ -107,7 +107,7 @@ def test_chain_loss_is_the_chains_own_cross_entropy():
 def test_held_out_symptom_reads_a_finished_run_against_the_floors():
     from types import SimpleNamespace
     from course import Pipeline
-    from course.baselines import BELOW_CHAIN_MARGIN, chain_loss, held_out_symptom
+    from course.toolkit.baselines import BELOW_CHAIN_MARGIN, chain_loss, held_out_symptom
     pipe = Pipeline(n_symbols=6, seq_len=8, n_val=32)
     lang = pipe.language()
     exact = chain_loss(lang, pipe.windows("val"))
@@ -126,7 +126,7 @@ def test_held_out_symptom_reads_a_nearly_deterministic_language_against_the_unig
     a loss between floor and bigram cannot show unused context: only "does not learn" is reported."""
     from types import SimpleNamespace
     from course import Pipeline
-    from course.baselines import MIN_GAP, chain_loss, held_out_symptom
+    from course.toolkit.baselines import MIN_GAP, chain_loss, held_out_symptom
     real = Pipeline(n_symbols=6, seq_len=8, n_val=32)
     lang = real.language()
     floor = lang.loss_floor(real.seq_len)

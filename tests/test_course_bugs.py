@@ -15,8 +15,8 @@ import torch
 
 from course import Pipeline
 from course.bugs import FAMILIES, bug, catalogue, get, inject
-from course.checks import BatchContractError, check_batch, update_report
-from course.train import evaluate, start, train, train_steps
+from course.toolkit.checks import BatchContractError, check_batch, update_report
+from course.reference.train import evaluate, start, train, train_steps
 
 from small_pipeline import SMALL
 NAMES = [b.name for b in catalogue()]

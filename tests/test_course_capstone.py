@@ -1,11 +1,12 @@
-"""course.capstone: draws keyed by identity, balanced and opaque; each family's symptom check sees its
+"""course.exercises.capstone: draws keyed by identity, balanced and opaque; each family's symptom check sees its
 bugs and stays quiet on healthy draws; the reference fix removes the symptom and keeps every field
 the bug did not touch; a fresh pipeline is no fix."""
 import pytest
 import torch
 
-from course import Pipeline, capstone, mystery
-from course.grading import SwitchedOff, switched_off
+from course import Pipeline
+from course.exercises import capstone, mystery
+from course.exercises.grading import SwitchedOff, switched_off
 
 IDS = [f"student{i:03d}" for i in range(100)]
 
@@ -107,7 +108,7 @@ def test_show_finds_the_view_from_the_settings(capsys):
     import matplotlib
     matplotlib.use("Agg")
     pipe = capstone.draw_for("solution")
-    capstone.show(capstone.reference_fix(pipe))  # a fixed draw is no longer known to course.mystery
+    capstone.show(capstone.reference_fix(pipe))  # a fixed draw is no longer known to course.exercises.mystery
     assert "resume" in capsys.readouterr().out
     with pytest.raises(ValueError):
         capstone.show(Pipeline(n_symbols=5))

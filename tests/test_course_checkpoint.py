@@ -1,4 +1,4 @@
-"""Specifications of ``course.checkpoint``: the reference restore keeps the new config and resumes bit
+"""Specifications of ``course.reference.checkpoint``: the reference restore keeps the new config and resumes bit
 for bit, the resume bugs are caught, writes are atomic, the last good checkpoint survives a SIGKILL.
 
 Runs are tiny (one layer, 16-token windows, a few steps); every check has a negative control.
@@ -14,11 +14,11 @@ import sys
 import pytest
 import torch
 
-from course import checkpoint
+from course.reference import checkpoint
 from course.bugs import catalogue, inject
-from course.checkpoint import differences, resume_check, split_run
-from course.pipeline import warmup_then_linear
-from course.train import checkpoint_state, resume, save_checkpoint, start, train_steps
+from course.reference.checkpoint import differences, resume_check, split_run
+from course.reference.pipeline import warmup_then_linear
+from course.reference.train import checkpoint_state, resume, save_checkpoint, start, train_steps
 
 from small_pipeline import SMALL
 

@@ -1,4 +1,4 @@
-"""Specifications of ``course.checks``: the batch contract, the update report, the context probes.
+"""Specifications of ``course.toolkit.checks``: the batch contract, the update report, the context probes.
 
 Each check must pass the healthy pipeline and fail (with the right name) on the broken variant it
 exists to catch; both halves are asserted.
@@ -13,16 +13,9 @@ import torch
 
 from course import IGNORE, Pipeline
 from course.bugs import inject
-from course.checks import (
-    BatchContractError,
-    check_batch,
-    future_sensitivity,
-    past_sensitivity,
-    position_sensitivity,
-    update_report,
-)
-from course.data import Batch, next_token_batch, prompt_answer_batch
-from course.train import start, train_steps
+from course.toolkit.checks import BatchContractError, check_batch, future_sensitivity, past_sensitivity, position_sensitivity, update_report
+from course.reference.data import Batch, next_token_batch, prompt_answer_batch
+from course.reference.train import start, train_steps
 
 from small_pipeline import SMALL
 LANG = SMALL.language()

@@ -1,4 +1,4 @@
-"""Specifications of ``course.data``: the Markov language, its exact baselines, and the collators.
+"""Specifications of ``course.reference.data``: the Markov language, its exact baselines, and the collators.
 
 Expected values are derived here by a different route than the code under test (the chain rule
 instead of conditional tables, counts from samples instead of linear algebra, the true model's own
@@ -13,16 +13,7 @@ import math
 import pytest
 import torch
 
-from course.data import (
-    IGNORE,
-    MarkovLanguage,
-    entropy,
-    next_token_batch,
-    pad_sequences,
-    prompt_answer_batch,
-    pydoc_text,
-    variable_length_windows,
-)
+from course.reference.data import IGNORE, MarkovLanguage, entropy, next_token_batch, pad_sequences, prompt_answer_batch, pydoc_text, variable_length_windows
 
 LANG = MarkovLanguage()  # the default language every pipeline uses
 S = LANG.n_symbols
@@ -30,7 +21,7 @@ S = LANG.n_symbols
 
 # ----- helpers: independent computations --------------------------------------------------------
 def _h(p: torch.Tensor) -> float:
-    """Entropy in nats of a (flattened) distribution, by a plain Python sum (not ``course.data.entropy``)."""
+    """Entropy in nats of a (flattened) distribution, by a plain Python sum (not ``course.reference.data.entropy``)."""
     return -sum(x * math.log(x) for x in p.double().flatten().tolist() if x > 0)
 
 

@@ -1,4 +1,4 @@
-"""Specifications of ``course.distributed``: the checksum tells replicas apart (and a plain sum would
+"""Specifications of ``course.lessons.distributed``: the checksum tells replicas apart (and a plain sum would
 not), two real gloo ranks agree until one skips an update, the all-reduce verdict matches a direct
 comparison of the parameters, and a failing or slow rank ends the call promptly with no child left.
 
@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from course.distributed import RankFailed, checksum, run_ranks
+from course.lessons.distributed import RankFailed, checksum, run_ranks
 
 
 def _gone(pid: int) -> bool:

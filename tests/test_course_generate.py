@@ -1,4 +1,4 @@
-"""Specifications of ``course.generate`` and the generation bugs of ``course.bugs.generation``.
+"""Specifications of ``course.lessons.generate`` and the generation bugs of ``course.bugs.generation``.
 
 ``generate`` is checked against the slow full-recompute reference and against known logits; each
 test of the harness is run on the healthy generator (the negative control: it must pass) and on the
@@ -12,11 +12,12 @@ import math
 import pytest
 import torch
 
-from course import ModelConfig, Pipeline, mystery
-from course import generate as G
+from course import ModelConfig, Pipeline
+from course.exercises import mystery
+from course.lessons import generate as G
 from course.bugs import catalogue, inject
-from course.grading import SwitchedOff
-from course.train import train
+from course.exercises.grading import SwitchedOff
+from course.reference.train import train
 
 PIPE = Pipeline().replace(n_symbols=8, seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                           n_train=1024, n_val=64, batch_size=32, steps=120, lr=3e-2, warmup=10)

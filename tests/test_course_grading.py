@@ -1,11 +1,11 @@
-"""course.grading: what a test cell relies on to grade work and not typing."""
+"""course.exercises.grading: what a test cell relies on to grade work and not typing."""
 import warnings
 
 import pytest
 
-from course import grading
-from course.grading import SwitchedOff, assert_detector, assert_names, captured_warnings, fires, switched_off
-from course.record import reveal
+from course.exercises import grading
+from course.exercises.grading import SwitchedOff, assert_detector, assert_names, captured_warnings, fires, switched_off
+from course.exercises.record import reveal
 
 
 def _module_function(x):

@@ -1,4 +1,4 @@
-"""course.harness and the ``evaluation`` bugs: the tokenizer, the task's known answers, every harness
+"""course.lessons.harness and the ``evaluation`` bugs: the tokenizer, the task's known answers, every harness
 stage against its specification, and each bug seen by the check that must see it, with the healthy
 harness as the negative control. One small model is trained once per module (about a second)."""
 
@@ -9,9 +9,11 @@ import math
 import pytest
 import torch
 
-from course import Pipeline, harness, mystery
+from course import Pipeline
+from course.lessons import harness
+from course.exercises import mystery
 from course.bugs import catalogue, inject
-from course.model import ModelConfig
+from course.reference.model import ModelConfig
 
 TINY = ModelConfig(vocab_size=len(harness.VOCAB), n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64)
 BUGS = [b.name for b in catalogue("evaluation")]

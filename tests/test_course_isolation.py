@@ -1,4 +1,4 @@
-"""course.isolation: a graded call runs where the answer does not exist, and only data comes back.
+"""course.exercises.isolation: a graded call runs where the answer does not exist, and only data comes back.
 
 Each route a work-free answer has taken to a mystery's answer gets a test that the route is closed
 in a graded call, beside a control that the same code reaches the answer in the kernel itself (so
@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from course import Pipeline, mystery
-from course.grading import SwitchedOff, assert_detector, assert_names
-from course.isolation import Sealed, private_helpers, run_apart
+from course import Pipeline
+from course.exercises import mystery
+from course.exercises.grading import SwitchedOff, assert_detector, assert_names
+from course.exercises.isolation import Sealed, private_helpers, run_apart
 
 SMALL = Pipeline().replace(steps=5, n_train=256, n_val=64)
 
@@ -160,7 +161,7 @@ def test_what_a_graded_call_prints_is_shown(capfd):
 
 
 def test_a_switched_off_function_and_its_private_helpers_stay_off():
-    from course import preflight
+    from course.toolkit import preflight
     helpers = {h.__name__: h for h in private_helpers([preflight.preflight])}
     assert "_overfit" in helpers, f"preflight's own checks are its private helpers: {sorted(helpers)}"
     helper = helpers["_overfit"]
@@ -172,7 +173,7 @@ def test_a_switched_off_function_and_its_private_helpers_stay_off():
 
 
 def test_check_fix_grades_the_fix_it_decided_apart(draws):
-    import course.pipeline
+    import course.reference.pipeline
 
     seen = []
 
@@ -180,9 +181,9 @@ def test_check_fix_grades_the_fix_it_decided_apart(draws):
         seen.append(fixed)
         return None
     broken = draws["broken"]
-    mystery.check_fix(lambda p: p.replace(optimizer_factory=course.pipeline.adamw), [broken], symptom)
+    mystery.check_fix(lambda p: p.replace(optimizer_factory=course.reference.pipeline.adamw), [broken], symptom)
     fixed = seen[0]
-    assert fixed.optimizer_factory is course.pipeline.adamw and fixed.loss_fn is broken.loss_fn
+    assert fixed.optimizer_factory is course.reference.pipeline.adamw and fixed.loss_fn is broken.loss_fn
     with pytest.raises(AssertionError, match="must return a Pipeline"):
         mystery.check_fix(lambda p: "fixed", [broken], symptom)
     with pytest.raises(AssertionError, match="left every broken part"):
@@ -192,7 +193,7 @@ def test_check_fix_grades_the_fix_it_decided_apart(draws):
 def test_a_private_copy_answers_the_package_not_the_notebook():
     # nonfinite._bad is is_bad's code under another name, and trace (a tool the notebook allows)
     # uses it: switched off with is_bad, trace still works, a direct call does not
-    from course import nonfinite
+    from course.toolkit import nonfinite
     pipe = mystery.make("healthy", 3, SMALL)
     off = (nonfinite.is_bad, nonfinite.first_nonfinite, nonfinite.locate)  # as notebook 02 switches off
     tool, direct = run_apart(lambda p: len(nonfinite.trace(p, 2, 0)) > 0, [pipe], lambda c, v: v, off=off) + \
@@ -205,15 +206,15 @@ def test_a_private_copy_answers_the_package_not_the_notebook():
 
 def test_a_fix_that_chooses_by_the_answer_where_it_can_fails(draws):
     # apart it cannot read the registry and guesses; the kernel's re-run cannot read it either
-    import course.pipeline
+    import course.reference.pipeline
 
     def sneaky(p):
         try:
             fields = mystery._SECRETS[id(p)][1].touched
         except KeyError:
-            return p.replace(loss_fn=course.pipeline.token_cross_entropy)
+            return p.replace(loss_fn=course.reference.pipeline.token_cross_entropy)
         return p.replace(**{f: getattr(Pipeline(), f) for f in fields})
-    assert sneaky(draws["broken"]).optimizer_factory is course.pipeline.adamw  # the kernel's answer
+    assert sneaky(draws["broken"]).optimizer_factory is course.reference.pipeline.adamw  # the kernel's answer
     with pytest.raises(AssertionError, match="left every broken part as it was"):
         mystery.check_fix(sneaky, [draws["broken"]], lambda fixed: None)
 
@@ -236,8 +237,8 @@ def test_a_fix_may_wrap_the_original_parts(draws):
 
         def __call__(self, *args):
             return self.inner(*args)
-    import course.pipeline
-    mystery.check_fix(lambda p: p.replace(optimizer_factory=Logged(course.pipeline.adamw)), [draws["broken"]],
+    import course.reference.pipeline
+    mystery.check_fix(lambda p: p.replace(optimizer_factory=Logged(course.reference.pipeline.adamw)), [draws["broken"]],
                       lambda fixed: None)
 
 
@@ -251,11 +252,11 @@ def test_a_parts_wrong_arguments_name_no_function(draws):
 
 def test_the_seal_does_not_depend_on_the_modules_names(draws):
     # rebinding the module's own names inside the graded call changes nothing
-    import course.isolation
+    import course.exercises.isolation
 
     def unseal(pipe):
-        course.isolation.DENIED_EVENTS = frozenset()
-        course.isolation._SEALED_FILES = ("nowhere",)
+        course.exercises.isolation.DENIED_EVENTS = frozenset()
+        course.exercises.isolation._SEALED_FILES = ("nowhere",)
         return reads_frames_of_main(pipe)
 
     def reads_frames_of_main(pipe):

@@ -1,4 +1,4 @@
-"""Specifications of ``course.manifest``: each component sees its own kind of change and no other,
+"""Specifications of ``course.lessons.manifest``: each component sees its own kind of change and no other,
 the run block is never a difference, notebook-defined parts are hashed by what they do."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from course import manifest
+from course.lessons import manifest
 from course.bugs import inject
 
 from small_pipeline import SMALL

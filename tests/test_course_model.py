@@ -1,4 +1,4 @@
-"""Specifications of ``course.model.TinyGPT``: shape, the three attention masks, positions, the KV cache.
+"""Specifications of ``course.reference.model.TinyGPT``: shape, the three attention masks, positions, the KV cache.
 
 A freshly initialised model (weights of std 0.02) barely uses its context, so differences a broken
 variant should show could hide below a tolerance. The models here are re-initialised with large
@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from course.model import ModelConfig, TinyGPT
+from course.reference.model import ModelConfig, TinyGPT
 
 CFG = ModelConfig(vocab_size=18, n_ctx=16, d_model=16, n_head=2, n_layer=2, d_mlp=32)
 

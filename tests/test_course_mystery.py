@@ -1,15 +1,15 @@
-"""course.mystery: drawn pipelines are opaque, behave exactly like the bug they hide, and fixes are
+"""course.exercises.mystery: drawn pipelines are opaque, behave exactly like the bug they hide, and fixes are
 graded by what they change and by behaviour."""
 import copy
 
 import pytest
 import torch
 
-from course import mystery
+from course.exercises import mystery
 from course.bugs import catalogue, inject
-from course.grading import SwitchedOff
-from course.pipeline import adamw, apply_update, prepare_model
-from course.train import train
+from course.exercises.grading import SwitchedOff
+from course.reference.pipeline import adamw, apply_update, prepare_model
+from course.reference.train import train
 from small_pipeline import SMALL
 
 

@@ -1,4 +1,4 @@
-"""Specifications of ``course.nonfinite`` (the first-non-finite locator and the NaN decision tree) and of
+"""Specifications of ``course.toolkit.nonfinite`` (the first-non-finite locator and the NaN decision tree) and of
 the non-finite bugs in ``course.bugs.nonfinite``: each bug goes bad at its own stage on the reference
 pipeline, and the reference itself (the negative control) never does.
 """
@@ -13,10 +13,9 @@ import torch.nn as nn
 
 from course import Pipeline
 from course.bugs import catalogue, get, inject
-from course.model import ModelConfig, TinyGPT
-from course.nonfinite import (STAGES, TREE, WHEN, Event, Locator, advise, advice_text, first_nonfinite,
-                              is_bad, locate, output_text, quadratic_descent, trace, tree_widget, when_of)
-from course.train import start, train_steps
+from course.reference.model import ModelConfig, TinyGPT
+from course.toolkit.nonfinite import STAGES, TREE, WHEN, Event, Locator, advise, advice_text, first_nonfinite, is_bad, locate, output_text, quadratic_descent, trace, tree_widget, when_of
+from course.reference.train import start, train_steps
 
 PIPE = Pipeline()
 
@@ -86,7 +85,7 @@ def test_adam_eps_zero_leaves_moments_finite_and_breaks_only_rows_with_zero_grad
 
 
 def test_trace_follows_the_training_loop_exactly():
-    """trace mirrors course.train.train_steps: after n steps the parameters are bit-identical."""
+    """trace mirrors course.reference.train.train_steps: after n steps the parameters are bit-identical."""
     events = trace(PIPE, steps=3, seed=2)
     run = start(PIPE, 2)
     train_steps(run, 3, eval_every=0)
@@ -230,7 +229,7 @@ def test_quadratic_descent_is_stable_iff_step_times_curvature_in_0_2():
 
 def test_fast_step_check_agrees_with_the_exact_one():
     """trace() stops on ``_any_bad`` (a sum per float tensor first): it must equal any(is_bad(e))."""
-    from course.nonfinite import _any_bad
+    from course.toolkit.nonfinite import _any_bad
     cases = [torch.full((1000,), 3e38), torch.tensor([1.0, float("inf")]), torch.tensor([float("-inf"), float("inf")]),
              torch.tensor([float("nan")]), torch.tensor([60000.0, 60000.0]).half(), torch.tensor([float("inf")]).half(),
              torch.tensor([1e300, 1e300], dtype=torch.float64), torch.tensor([1 + 1j, complex("inf")]),

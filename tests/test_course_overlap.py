@@ -1,4 +1,4 @@
-"""Specifications of ``course.overlap``: exact and near duplicates, the shingle Jaccard, group splits.
+"""Specifications of ``course.toolkit.overlap``: exact and near duplicates, the shingle Jaccard, group splits.
 
 Each detector is checked on both sides: it flags planted copies and stays quiet where there are none.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course import overlap
+from course.toolkit import overlap
 
 
 def test_shingle_jaccard_on_hand_computed_cases():

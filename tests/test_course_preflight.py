@@ -1,4 +1,4 @@
-"""Specifications of ``course.preflight`` and ``course.overfit``: every pre-flight check passes the
+"""Specifications of ``course.toolkit.preflight`` and ``course.toolkit.overfit``: every pre-flight check passes the
 healthy pipeline (negative control) and fails on the bug it targets; the learner's objects are
 never changed; the overfit controls behave as the notebook claims."""
 
@@ -11,11 +11,10 @@ import pytest
 import torch
 
 from course.bugs import inject
-from course.data import Batch
-from course.overfit import (conflicting_labels, fit_floor, overfit_pipe, overfit_rule, rule_explorer,
-                            shuffled_labels, tiny_batch)
-from course.preflight import preflight, preflight_pipeline
-from course.train import batch_at, start, train_steps
+from course.reference.data import Batch
+from course.toolkit.overfit import conflicting_labels, fit_floor, overfit_pipe, overfit_rule, rule_explorer, shuffled_labels, tiny_batch
+from course.toolkit.preflight import preflight, preflight_pipeline
+from course.reference.train import batch_at, start, train_steps
 
 from small_pipeline import SMALL
 
@@ -94,7 +93,7 @@ def test_preflight_does_not_change_the_model_optimizer_grads_or_rng():
     assert torch.equal(rng, torch.get_rng_state()), "preflight changed the torch RNG"
 
 
-# ----- course.overfit ---------------------------------------------------------------------------------
+# ----- course.toolkit.overfit ---------------------------------------------------------------------------------
 TINY = tiny_batch(batch_at(SMALL, 0, 0), 4)
 V = SMALL.language().vocab_size
 

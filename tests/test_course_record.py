@@ -1,10 +1,10 @@
-"""Specifications of ``course.record.Diagnosis.problems`` and ``course.plots.loss_plot``."""
+"""Specifications of ``course.exercises.record.Diagnosis.problems`` and ``course.toolkit.plots.loss_plot``."""
 
 from __future__ import annotations
 
 import pytest
 
-from course.record import Diagnosis
+from course.exercises.record import Diagnosis
 
 GOOD = dict(
     symptom="training loss flat at ln(V) from step 0",
@@ -46,7 +46,7 @@ def test_loss_plot_draws_every_curve_and_one_labelled_line_per_baseline():
     import matplotlib.pyplot as plt
 
     from course import Pipeline
-    from course.plots import loss_plot
+    from course.toolkit.plots import loss_plot
 
     pipe = Pipeline()
     baselines = pipe.language().baselines(pipe.seq_len)

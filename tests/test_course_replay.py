@@ -1,4 +1,4 @@
-"""Specifications of ``course.replay`` and the late-spike bug: the corrupted shard sits where its
+"""Specifications of ``course.lessons.replay`` and the late-spike bug: the corrupted shard sits where its
 documentation says, replaying from a checkpoint is bit-identical, a skip moves the data cursor and is
 logged, and the spike is real (absent on the reference data stream, the negative control).
 
@@ -14,17 +14,8 @@ import torch
 
 from course.bugs import inject
 from course.bugs.spike import REPEATED_TOKEN, SHARD_LEN, SHARD_START, is_corrupted
-from course.replay import (
-    StepLog,
-    checkpoints,
-    data_digest,
-    last_good,
-    replay,
-    rewind_and_skip,
-    token_counts,
-    train_with_checkpoints,
-)
-from course.train import batch_at, resume, save_checkpoint, start, train_steps
+from course.lessons.replay import StepLog, checkpoints, data_digest, last_good, replay, rewind_and_skip, token_counts, train_with_checkpoints
+from course.reference.train import batch_at, resume, save_checkpoint, start, train_steps
 
 from small_pipeline import SMALL
 
@@ -114,11 +105,11 @@ def test_rewind_and_skip_logs_what_it_left_out_and_changes_the_data_seen(spiked)
 
 
 # ----- the late-spike family in mystery draws, the quarantine, the mystery's grading check ---------
-from course import mystery  # noqa: E402
+from course.exercises import mystery  # noqa: E402
 from course.bugs import catalogue  # noqa: E402
 from course.bugs.spike import shard_start  # noqa: E402
-from course.data import IGNORE  # noqa: E402
-from course.replay import MYSTERY_PIPE, Quarantine, spike_alerts, spike_symptom  # noqa: E402
+from course.reference.data import IGNORE  # noqa: E402
+from course.lessons.replay import MYSTERY_PIPE, Quarantine, spike_alerts, spike_symptom  # noqa: E402
 
 LATE_SPIKE = {"corrupted-shard": "batches", "garbled-shard": "batches", "lr-burst": "optimizer_factory",
               "optimizer-state-reset": "update"}

@@ -1,17 +1,17 @@
-"""Specifications of ``course.sft``, the wrong-gradient bugs of ``course.bugs.fitting`` and
-``course.adapters``: the gate passes healthy batches (negative control) and fails each broken one."""
+"""Specifications of ``course.lessons.sft``, the wrong-gradient bugs of ``course.bugs.fitting`` and
+``course.lessons.adapters``: the gate passes healthy batches (negative control) and fails each broken one."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course.adapters import add_lora, base_snapshot, changed_base_tensors, linear_names
+from course.lessons.adapters import add_lora, base_snapshot, changed_base_tensors, linear_names
 from course.bugs import inject
-from course.data import IGNORE, Batch
-from course.overfit import overfit
-from course.sft import DEFAULT_TEMPLATE, MaskGateError, Template, collate_sft, examples_at, mask_gate, sft_pipeline
-from course.train import batch_at
+from course.reference.data import IGNORE, Batch
+from course.toolkit.overfit import overfit
+from course.lessons.sft import DEFAULT_TEMPLATE, MaskGateError, Template, collate_sft, examples_at, mask_gate, sft_pipeline
+from course.reference.train import batch_at
 
 from small_pipeline import SMALL
 

@@ -1,11 +1,11 @@
-"""Specifications of ``course.telemetry``: what is recorded, and that the robust score stays small on a
+"""Specifications of ``course.toolkit.telemetry``: what is recorded, and that the robust score stays small on a
 steady history (negative control) and is large on a jump."""
 
 from __future__ import annotations
 
 import torch
 
-from course.telemetry import STATS, Telemetry, outliers, record, robust_z
+from course.toolkit.telemetry import STATS, Telemetry, outliers, record, robust_z
 
 from small_pipeline import SMALL
 

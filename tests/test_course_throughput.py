@@ -1,13 +1,13 @@
-"""course.phases, course.throughput and the throughput bugs: each check with its negative control."""
+"""course.toolkit.phases, course.lessons.throughput and the throughput bugs: each check with its negative control."""
 
 import pytest
 import torch
 
-from course import mystery
-from course import throughput as tp
+from course.exercises import mystery
+from course.lessons import throughput as tp
 from course.bugs import catalogue, inject
-from course.phases import PHASES, CostModel, WallClock, active, charge
-from course.train import start, train_steps
+from course.toolkit.phases import PHASES, CostModel, WallClock, active, charge
+from course.reference.train import start, train_steps
 from tests.small_pipeline import SMALL
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Specifications of ``course.train``: determinism, the recorded history, evaluation, checkpoints.
+"""Specifications of ``course.reference.train``: determinism, the recorded history, evaluation, checkpoints.
 
 Runs are tiny (a one-layer model on 16-token windows, a few dozen steps) so the file stays fast on
 two CPU cores; each claim is checked against a second code path or a broken variant.
@@ -16,17 +16,8 @@ import torch.nn.functional as F
 
 from course import IGNORE, Pipeline
 from course.bugs import inject
-from course.pipeline import warmup_then_linear
-from course.train import (
-    HISTORY_KEYS,
-    batch_at,
-    evaluate,
-    resume,
-    save_checkpoint,
-    start,
-    train,
-    train_steps,
-)
+from course.reference.pipeline import warmup_then_linear
+from course.reference.train import HISTORY_KEYS, batch_at, evaluate, resume, save_checkpoint, start, train, train_steps
 
 from small_pipeline import SMALL
 TIMINGS = ("t_data", "t_fwd_bwd", "t_opt")  # wall times: never compared

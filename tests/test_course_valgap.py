@@ -1,4 +1,4 @@
-"""Specifications of ``course.valgap`` and the val-gap / leakage bugs of ``course.bugs.validation``.
+"""Specifications of ``course.lessons.valgap`` and the val-gap / leakage bugs of ``course.bugs.validation``.
 
 Every bug is run on a small pipeline against the healthy one (the negative control): each must move
 the measurement its separating test reads, and the healthy pipeline must not.
@@ -11,8 +11,9 @@ import torch
 
 from course import ModelConfig
 from course.bugs import catalogue, inject
-from course.train import evaluate, train
-from course import overlap, valgap
+from course.reference.train import evaluate, train
+from course.toolkit import overlap
+from course.lessons import valgap
 
 from small_pipeline import SMALL
 
@@ -164,7 +165,7 @@ def test_trained_remembers_one_run_per_pipeline_and_seed():
 def test_seen_loss_scores_the_batches_trained_on_not_the_settings_training_set():
     """On an opaque draw whose small training set lives in the batch stream, the settings' training
     windows score like fresh ones; the batches it trained on do not."""
-    from course import mystery
+    from course.exercises import mystery
 
     base = DROP.replace(n_train=2048, n_val=256, steps=45)
     run = valgap.trained(mystery.make("train-set-too-small", 0, base))
@@ -177,7 +178,7 @@ def test_seen_loss_scores_the_batches_trained_on_not_the_settings_training_set()
 
 def test_problems_is_quiet_on_healthy_draws_and_names_each_broken_one():
     """The grader's check of a fix (notebook 05): negative controls and one draw of each bug."""
-    from course import mystery
+    from course.exercises import mystery
 
     base = DROP.replace(n_train=2048, n_val=256, steps=45)
     expected = {"healthy": None, "eval-label-smoothing": "eval path", "eval-loss-per-sequence": "eval path",

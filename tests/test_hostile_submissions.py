@@ -193,10 +193,10 @@ GUARD_CASES = {
                              "    return _real(name, *a, **k)\nbuiltins.__import__ = _fake",
                      "builtins.__import__"),
     # a real patch of torch.manual_seed is still named, torch._dynamo imported after it or not; a
-    # guarded module the notebook imports only later (course.mystery) is guarded too
+    # guarded module the notebook imports only later (course.exercises.mystery) is guarded too
     "patch_seed_mystery": (WRONG + "\ntorch.manual_seed = lambda *a, **k: None\nimport torch._dynamo\n"
-                           "import course.mystery\ncourse.mystery.check_fix = lambda *a, **k: None",
-                           ("torch.manual_seed", "course.mystery.check_fix")),
+                           "import course.exercises.mystery\ncourse.mystery.check_fix = lambda *a, **k: None",
+                           ("torch.manual_seed", "course.exercises.mystery.check_fix")),
     # patched inside the graded function, while the test runs: the test is void
     "patch_in_call": ("def halve(t):\n    import math\n    math.isclose = lambda *a, **k: True\n    return t",
                       "GradingIntegrityError: something this test relies on was replaced while it ran "

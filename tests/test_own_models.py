@@ -16,12 +16,12 @@ import torch
 import torch.nn as nn
 
 import own_models as om
-from course.adapters import add_lora
-from course.checks import BatchContractError, check_batch, update_report
-from course.nonfinite import Locator, locate_step
-from course.outputs import ModelOutputError, logits_of
-from course.preflight import preflight
-from course.telemetry import record_model
+from course.lessons.adapters import add_lora
+from course.toolkit.checks import BatchContractError, check_batch, update_report
+from course.toolkit.nonfinite import Locator, locate_step
+from course.toolkit.outputs import ModelOutputError, logits_of
+from course.toolkit.preflight import preflight
+from course.toolkit.telemetry import record_model
 
 
 @pytest.fixture(scope="module")

@@ -228,18 +228,18 @@ def test_autograde_alone_uses_the_sandbox():
 
 
 def test_the_graded_student_id_reaches_the_kernel_and_stays(course):
-    """The class runner passes nbgrader's student id into the kernel (course.identity.GRADED_ID,
+    """The class runner passes nbgrader's student id into the kernel (course.exercises.identity.GRADED_ID,
     read at kernel start); a submission that edits the environment, reloads the module and rebinds
     the name changes it for its own cells only: a test cell sees the grader's id again. Without a
     student (JupyterLab, nbval) there is no id (the negative control)."""
     from nbformat.v4 import new_code_cell, new_notebook
 
     def graded_run(student):
-        test = new_code_cell("import course.identity as ci\nprint('C', ci.GRADED_ID, ci.identity('typed'))")
+        test = new_code_cell("import course.exercises.identity as ci\nprint('C', ci.GRADED_ID, ci.identity('typed'))")
         test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True,
                                      "grade_id": "t", "points": 1, "schema_version": 3}
         nb = new_notebook(cells=[
-            new_code_cell("import course.identity as ci\nprint('A', ci.GRADED_ID)"),
+            new_code_cell("import course.exercises.identity as ci\nprint('A', ci.GRADED_ID)"),
             new_code_cell("import os, importlib\nos.environ['COURSE_STUDENT_ID'] = 'eve'\n"
                           "importlib.reload(ci)\nci.GRADED_ID = 'eve'\nprint('B', ci.GRADED_ID, ci.identity('typed'))"),
             test])

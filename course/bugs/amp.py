@@ -1,6 +1,6 @@
 """Bugs of notebook 10 (family ``amp-memory``): memory that grows with every step.
 
-Each swaps one of the two parts that ``course.amp.run`` calls each step:
+Each swaps one of the two parts that ``course.lessons.amp.run`` calls each step:
 
 * ``loss-kept-with-graph`` (``keep_loss``): the history keeps the loss tensor itself. Backward has
   freed its saved activations, so the bytes saved for backward do not grow, but every step's loss
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..amp import probe_loss
-from ..pipeline import Pipeline
+from ..lessons.amp import probe_loss
+from ..reference.pipeline import Pipeline
 from .registry import bug
 
 

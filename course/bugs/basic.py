@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import torch
 
-from ..data import IGNORE, Batch, next_token_batch
-from ..pipeline import Pipeline
+from ..reference.data import IGNORE, Batch, next_token_batch
+from ..reference.pipeline import Pipeline
 from .registry import bug
 
 

@@ -1,6 +1,6 @@
 """Bugs of notebook 09 (family ``evaluation``): good likelihood, weak task score.
 
-Each swaps one stage of the evaluation harness (``course.harness``; the ``eval_*`` parts of the
+Each swaps one stage of the evaluation harness (``course.lessons.harness``; the ``eval_*`` parts of the
 pipeline). Training is untouched: the same model scores worse, or differently, because the harness
 asks it another question.
 
@@ -16,8 +16,8 @@ Registered in the catalogue of ``course.bugs`` when ``course`` is imported.
 
 from __future__ import annotations
 
-from .. import harness
-from ..pipeline import Pipeline
+from ..lessons import harness
+from ..reference.pipeline import Pipeline
 from .registry import bug
 
 FAMILY = "evaluation"

@@ -6,7 +6,7 @@ Registered in the catalogue of ``course.bugs`` (family wrong-gradient) when ``co
 * ``loss-broadcast``: the loss multiplies an (N,) tensor by an (N, 1) one and reduces an (N, N) matrix.
 * ``prompt-answer-mask-inverted`` and ``eos-masked``: supervised fine-tuning batches that supervise
   the wrong tokens. They wrap whatever collate the pipeline has; they are meant for the prompt/answer
-  pipelines of ``course.sft.sft_pipeline`` (on a pre-training pipeline the inverted mask ignores every
+  pipelines of ``course.lessons.sft.sft_pipeline`` (on a pre-training pipeline the inverted mask ignores every
   target, and there is no EOS to mask).
 """
 
@@ -18,8 +18,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..data import IGNORE, Batch
-from ..pipeline import Pipeline
+from ..reference.data import IGNORE, Batch
+from ..reference.pipeline import Pipeline
 from .registry import bug
 
 _FORGETFUL: dict[type, type] = {}

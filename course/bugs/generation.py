@@ -2,7 +2,7 @@
 
 Most live in the pipeline's ``generate`` part, which training and evaluation never call, so the
 teacher-forced loss of a broken pipeline is exactly the healthy one's. Each is the reference
-generator (``course.generate.generate``) with one line wrong:
+generator (``course.lessons.generate.generate``) with one line wrong:
 
 * ``kv-cache-position-offset``: each token fed back gets the position of the token before it;
 * ``kv-cache-position-reset``: each token fed back gets position 0 (``start`` not passed);
@@ -16,7 +16,7 @@ generator (``course.generate.generate``) with one line wrong:
 * ``temperature-multiplied``: ``logits * T`` instead of ``logits / T``.
 
 One lives in training: ``eos-masked-in-training`` (the EOS target is ignored with the padding; the
-model never learns to stop; needs a pipeline whose ``collate`` is ``course.generate.eos_batch``).
+model never learns to stop; needs a pipeline whose ``collate`` is ``course.lessons.generate.eos_batch``).
 The causal mask (``causal-mask-off``, family ``too-good``) is the other training-side cause of
 "good loss, bad samples".
 """
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..generate import _check_args, eos_masked_batch, sample_next
-from ..pipeline import Pipeline
+from ..lessons.generate import _check_args, eos_masked_batch, sample_next
+from ..reference.pipeline import Pipeline
 from .registry import bug
 
 
@@ -141,5 +141,5 @@ def temperature_multiplied(pipe: Pipeline) -> Pipeline:
 @bug("generation", "generation never stops: the model never learned to emit EOS; the loss looks fine")
 def eos_masked_in_training(pipe: Pipeline) -> Pipeline:
     """The EOS target is ignored together with the padding (for pipelines whose ``collate`` is
-    ``course.generate.eos_batch``): nothing ever teaches the model to emit EOS."""
+    ``course.lessons.generate.eos_batch``): nothing ever teaches the model to emit EOS."""
     return pipe.replace(collate=eos_masked_batch)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..pipeline import Pipeline
+from ..reference.pipeline import Pipeline
 
 
 @dataclass(frozen=True)

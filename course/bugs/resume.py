@@ -1,8 +1,8 @@
 """Bugs of notebook 07 (family ``resume``): a resumed or re-run training that silently is not what its config says.
 
 Registered in the catalogue of ``course.bugs`` when ``course`` is imported. Every bug swaps the
-pipeline's ``restore`` part (how ``course.train.resume`` puts a loaded checkpoint into a fresh run)
-for real resume code that gets one thing wrong, so ``course.mystery.draw`` can hide each of them:
+pipeline's ``restore`` part (how ``course.reference.train.resume`` puts a loaded checkpoint into a fresh run)
+for real resume code that gets one thing wrong, so ``course.exercises.mystery.draw`` can hide each of them:
 
 ``stale-lr-resume``: the plain ``optimizer.load_state_dict`` + ``scheduler.load_state_dict``. Both
 restore the *checkpoint's* hyperparameters (``lr``, ``initial_lr``, weight decay) and the scheduler's
@@ -21,8 +21,8 @@ is not loaded. ``scheduler-dropped``: the schedule starts again at step 0 (warm-
 
 from __future__ import annotations
 
-from ..checkpoint import _restore
-from ..pipeline import Pipeline
+from ..reference.checkpoint import _restore
+from ..reference.pipeline import Pipeline
 from .registry import bug
 
 

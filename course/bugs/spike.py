@@ -28,7 +28,7 @@ resume that rebuilt the optimizer state but kept its step count): the bias corre
 matches, and the next steps are many times larger than Adam's usual step.
 
 Every bug changes exactly one part (``batches``, ``optimizer_factory`` or ``update``), so
-``course.mystery.draw`` can hide each of them.
+``course.exercises.mystery.draw`` can hide each of them.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data import IGNORE
-from ..pipeline import Pipeline
+from ..reference.data import IGNORE
+from ..reference.pipeline import Pipeline
 from .registry import bug
 
 SHARD_START = 300  # the data index of the first corrupted batch for a 1000-step schedule
@@ -62,7 +62,7 @@ def is_corrupted(index: int, pipe: Pipeline | None = None) -> bool:
 
 # ----- the data ------------------------------------------------------------------------------------
 def _with_corrupted_shard(pipe: Pipeline, seed: int, index: int):
-    from ..train import windows_at  # late import: course.train imports the pipeline module
+    from ..reference.train import windows_at  # late import: course.reference.train imports the pipeline module
 
     windows = windows_at(pipe, seed, index)
     if is_corrupted(index, pipe):
@@ -79,7 +79,7 @@ def corrupted_shard(pipe: Pipeline) -> Pipeline:
 
 
 def _with_garbled_shard(pipe: Pipeline, seed: int, index: int):
-    from ..train import windows_at
+    from ..reference.train import windows_at
 
     batch = pipe.collate(windows_at(pipe, seed, index), pipe.language().PAD)
     if is_corrupted(index, pipe):

@@ -4,8 +4,8 @@ Registered in the catalogue of ``course.bugs`` when ``course`` is imported.
 
 Each bug swaps one part of the pipeline for one that does extra work in one phase of the step. Work
 that this small CPU model cannot make expensive for real (writing to a slow disk, a device
-synchronisation, a stalled data server) is **charged** with ``course.phases.charge``: the wall clock
-sleeps that long, the seeded cost model (``course.phases.CostModel``) adds it to the phase. The costs
+synchronisation, a stalled data server) is **charged** with ``course.toolkit.phases.charge``: the wall clock
+sleeps that long, the seeded cost model (``course.toolkit.phases.CostModel``) adds it to the phase. The costs
 are module constants below, so a notebook can state them. Where a bug has a setting (how often it
 checkpoints, when the data source starts stalling), it is derived from the pipeline's ``data_seed``,
 so draws with different seeds slow down at different steps.
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data import next_token_batch
-from ..phases import charge
+from ..reference.data import next_token_batch
+from ..toolkit.phases import charge
 from .registry import bug
 
 DISK_BYTES_PER_S = 16e6  # a slow shared disk: 16 MB/s
@@ -76,7 +76,7 @@ class StallingBatches:
     start: int
 
     def __call__(self, pipe, seed: int, step: int):
-        from ..train import windows_at
+        from ..reference.train import windows_at
         batch = pipe.collate(windows_at(pipe, seed, step), pipe.language().PAD)
         if step >= self.start:
             charge(STALL_SECONDS)

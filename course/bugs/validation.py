@@ -9,7 +9,7 @@ Registered in the catalogue of ``course.bugs`` (family val-gap / leakage) when `
   ``val-mixes-another-source`` (distribution shift).
 * leakage: ``val-overlaps-train`` (exact copies), ``val-near-duplicates-train`` (overlapping windows).
 
-The separating test of each is in ``course.valgap`` and ``course.overlap``.
+The separating test of each is in ``course.lessons.valgap`` and ``course.toolkit.overlap``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import replace
 
 import torch.nn as nn
 
-from ..pipeline import Pipeline
-from ..valgap import LabelSmoothed, OtherSource, TrainContinuations, TrainCopies, per_sequence_loss
+from ..reference.pipeline import Pipeline
+from ..lessons.valgap import LabelSmoothed, OtherSource, TrainContinuations, TrainCopies, per_sequence_loss
 from .registry import bug
 
 

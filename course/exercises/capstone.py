@@ -1,8 +1,8 @@
 """The capstone (notebook 11): a mystery run of one's own, drawn from the learner's identity.
 
 Each learner gets one bug from across the course's families, opaque like every mystery pipeline
-(``course.mystery.make``), keyed by who they are: ``draw_for(name)``. The name is the nbgrader student
-id while graded (``course.identity``), so the grader computes the draw itself and a notebook copied
+(``course.exercises.mystery.make``), keyed by who they are: ``draw_for(name)``. The name is the nbgrader student
+id while graded (``course.exercises.identity``), so the grader computes the draw itself and a notebook copied
 from a classmate is graded against the copier's own draw.
 
 * ``FAMILIES``: the capstone's families, in the order the notebook prints them. Each ``Family`` holds
@@ -12,7 +12,7 @@ from a classmate is graded against the copier's own draw.
   draw shows its bug) and ``show(pipe)``, which prints and plots what the learner sees first.
 * ``draw_for(name, attempt=0)``: the family from one SHA-256 of the name, the bug within it from a
   second, the draw's seed from a third; the configuration (seeds, learning rate, warm-up) then comes
-  from ``course.mystery``'s own configuration stream, independent of the bug. ``attempt > 0`` gives
+  from ``course.exercises.mystery``'s own configuration stream, independent of the bug. ``attempt > 0`` gives
   a fresh practice draw (another family, bug and configuration, by the same hashes).
 * ``grading_draws(name, salt)``: fresh draws of the same bug (other configurations) and healthy draws
   of the same base, for grading a detector; ``healthy_twin(pipe)``: the draw's own settings with every
@@ -25,13 +25,13 @@ from a classmate is graded against the copier's own draw.
 Limits. The families' bases differ in their fixed settings (steps, training-set size, batch size,
 model), so the *family* can be read off a draw's settings by someone who compares them with
 ``FAMILIES``; within a family every bug and the healthy draw share the base, so nothing static tells
-the bug (``course.mystery.signature`` is equal). More generally, the learner's own draw lives in
+the bug (``course.exercises.mystery.signature`` is equal). More generally, the learner's own draw lives in
 their kernel, and anything their notebook runs at the top level can read a fixed fact about it (its
 family, through the settings or the registry). So no point rests on such a fact alone: the
 notebook's hidden family test also requires the learner's own ``detect`` to tell a fresh draw of the
 bug from a healthy draw of the same recipe, and every detector and fix is graded on fresh draws too,
-apart from the kernel (``course.isolation``). Outside a test cell, nothing stops a learner from
-calling ``summary_row`` on their own name (as with ``course.mystery.reveal`` in every notebook).
+apart from the kernel (``course.exercises.isolation``). Outside a test cell, nothing stops a learner from
+calling ``summary_row`` on their own name (as with ``course.exercises.mystery.reveal`` in every notebook).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from typing import Callable
 import torch
 
 from . import mystery
-from .checks import training_moves  # the no-updates family's check (notebook 00's)
-from .model import ModelConfig
-from .pipeline import PARTS, Pipeline
+from ..toolkit.checks import training_moves  # the no-updates family's check (notebook 00's)
+from ..reference.model import ModelConfig
+from ..reference.pipeline import PARTS, Pipeline
 
 ASSIGNMENT = "11_capstone"
 SALT = "capstone"  # the salt of every learner's draw (hidden tests use others)
@@ -74,7 +74,7 @@ _SMALL_MODEL = ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64)
 def _run(pipe: Pipeline, seed: int, steps: int):
     """A fresh run of ``pipe`` from ``seed``, ``steps`` steps, no evaluation; warnings go to stdout."""
     from .grading import captured_warnings
-    from .train import start, train_steps
+    from ..reference.train import start, train_steps
 
     with captured_warnings():
         return train_steps(start(pipe, seed), steps, eval_every=0)
@@ -83,7 +83,7 @@ def _run(pipe: Pipeline, seed: int, steps: int):
 def _loss_figure(curves: dict, pipe: Pipeline, title: str, ylim=None):
     import matplotlib.pyplot as plt
 
-    from .plots import loss_plot
+    from ..toolkit.plots import loss_plot
 
     lang = pipe.language()
     lines = {"uniform ln(V)": lang.uniform_loss, "window floor": lang.loss_floor(pipe.seq_len)}
@@ -109,17 +109,17 @@ def _show_curve(steps: int, title: str, ylim=None):
 
 # ----- wrong gradient (notebook 03) ----------------------------------------------------------------
 def wrong_gradient_symptom(pipe: Pipeline, seed: int = 5) -> str | None:
-    """Notebook 03's check of a fix: every check of ``course.preflight`` on a fresh seed (loss at
+    """Notebook 03's check of a fix: every check of ``course.toolkit.preflight`` on a fresh seed (loss at
     init, a mean loss, updates, gradients reset, the overfit and its no-step control)."""
-    from .preflight import preflight_pipeline
+    from ..toolkit.preflight import preflight_pipeline
 
     report = preflight_pipeline(pipe, seed=seed, overfit_steps=40)
     return None if report.ok else f"on seed {seed} the pre-flight checks fail: {report.failed()}"
 
 
 def _show_overfit(pipe: Pipeline) -> None:
-    from .overfit import fit_floor, overfit_pipe, tiny_batch
-    from .train import batch_at
+    from ..toolkit.overfit import fit_floor, overfit_pipe, tiny_batch
+    from ..reference.train import batch_at
 
     batch = tiny_batch(batch_at(pipe, 0, 0), 8)
     losses = overfit_pipe(pipe, batch, 40)
@@ -147,25 +147,25 @@ def nonfinite_symptom(pipe: Pipeline, seed: int = 101) -> str | None:
 
 # ----- late spike (notebook 04) --------------------------------------------------------------------
 def spike_symptom(pipe: Pipeline, seed: int = 7) -> str | None:
-    """Notebook 04's check (``course.replay.spike_symptom``): no loss-spike alert in a fresh run and
+    """Notebook 04's check (``course.lessons.replay.spike_symptom``): no loss-spike alert in a fresh run and
     the data stream still ordinary data."""
-    from .replay import spike_symptom as check
+    from ..lessons.replay import spike_symptom as check
 
     return check(pipe, seed)
 
 
 # ----- validation (notebook 05) --------------------------------------------------------------------
 def validation_symptom(pipe: Pipeline, seed: int = 7) -> str | None:
-    """Notebook 05's check (``course.valgap.problems``): like with like, overlap, overfitting, shift."""
-    from .valgap import problems
+    """Notebook 05's check (``course.lessons.valgap.problems``): like with like, overlap, overfitting, shift."""
+    from ..lessons.valgap import problems
 
     found = problems(pipe, seed=seed)
     return "; ".join(found) if found else None
 
 
 def _show_validation(pipe: Pipeline) -> None:
-    from .train import evaluate
-    from .valgap import trained
+    from ..reference.train import evaluate
+    from ..lessons.valgap import trained
 
     run = trained(pipe)
     losses = run.history["loss"]
@@ -176,9 +176,9 @@ def _show_validation(pipe: Pipeline) -> None:
 
 # ----- throughput (notebook 06) --------------------------------------------------------------------
 def throughput_symptom(pipe: Pipeline, seed: int = 7) -> str | None:
-    """Notebook 06's check (``course.throughput.problems``): under the seeded cost model, no phase is
+    """Notebook 06's check (``course.lessons.throughput.problems``): under the seeded cost model, no phase is
     slow on several steps against the healthy twin's trace (same settings, reference parts)."""
-    from .throughput import problems
+    from ..lessons.throughput import problems
 
     found = problems(pipe, healthy_twin(pipe), seed=seed)
     return "; ".join(found) if found else None
@@ -187,7 +187,7 @@ def throughput_symptom(pipe: Pipeline, seed: int = 7) -> str | None:
 def _show_throughput(pipe: Pipeline) -> None:
     import matplotlib.pyplot as plt
 
-    from .throughput import stacked_plot, step_times, traced
+    from ..lessons.throughput import stacked_plot, step_times, traced
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3), sharey=True)
     for ax, (label, p) in zip(axes, (("your draw", pipe), ("healthy twin (same settings)", healthy_twin(pipe)))):
@@ -202,9 +202,9 @@ def _show_throughput(pipe: Pipeline) -> None:
 
 # ----- resume (notebook 07) ------------------------------------------------------------------------
 def resume_symptom(pipe: Pipeline, seed: int = 5) -> str | None:
-    """Notebook 07's check (``course.checkpoint.resume_check``): a split run equals the unbroken one
+    """Notebook 07's check (``course.reference.checkpoint.resume_check``): a split run equals the unbroken one
     bit for bit, and a run resumed with a new learning rate uses the new configuration's rates."""
-    from .checkpoint import resume_check
+    from ..reference.checkpoint import resume_check
 
     found = resume_check(pipe, seed=seed)
     return "; ".join(found) if found else None
@@ -214,14 +214,14 @@ def _run_resumed(pipe: Pipeline, data: bytes, steps: int):
     import io
 
     from .grading import captured_warnings
-    from .train import resume, train_steps
+    from ..reference.train import resume, train_steps
 
     with captured_warnings():
         return train_steps(resume(pipe, io.BytesIO(data)), steps, eval_every=0)
 
 
 def _show_resume(pipe: Pipeline) -> None:
-    from .checkpoint import differences, split_run
+    from ..reference.checkpoint import differences, split_run
 
     unbroken = _run(pipe, 0, 16)
     resumed, data = split_run(pipe, 0, 8, 8)
@@ -240,18 +240,18 @@ def _show_resume(pipe: Pipeline) -> None:
 
 # ----- generation (notebook 08) --------------------------------------------------------------------
 def generation_symptom(pipe: Pipeline, seed: int = 3) -> str | None:
-    """Notebook 08's consistency checks (``course.generate.consistency_problems``) on a freshly
+    """Notebook 08's consistency checks (``course.lessons.generate.consistency_problems``) on a freshly
     initialised model of seed ``seed``: future perturbation, cached against recomputed logits, the
     sampler against known logits."""
-    from .generate import consistency_problems
+    from ..lessons.generate import consistency_problems
 
     found = consistency_problems(pipe, seed=seed)
     return "; ".join(found) if found else None
 
 
 def _show_generation(pipe: Pipeline) -> None:
-    from .generate import chain_score
-    from .train import evaluate
+    from ..lessons.generate import chain_score
+    from ..reference.train import evaluate
 
     run = _run(pipe, 0, 150)
     lang = pipe.language()
@@ -270,8 +270,8 @@ def _show_generation(pipe: Pipeline) -> None:
 # ----- evaluation (notebook 09) --------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
 def _harness_model(seed: int, trained: bool):
-    from .harness import MODEL, train_model
-    from .model import TinyGPT
+    from ..lessons.harness import MODEL, train_model
+    from ..reference.model import TinyGPT
 
     if trained:
         return train_model(steps=250, seed=seed)
@@ -280,10 +280,10 @@ def _harness_model(seed: int, trained: bool):
 
 
 def evaluation_symptom(pipe: Pipeline, seed: int = 31) -> str | None:
-    """Notebook 09's check: every harness stage against its specification (``course.harness.problems``)
+    """Notebook 09's check: every harness stage against its specification (``course.lessons.harness.problems``)
     on a fresh task and a freshly initialised model of seed ``seed``, and fresh items scored exactly as
     the healthy twin's harness scores them."""
-    from .harness import make_task, problems, run
+    from ..lessons.harness import make_task, problems, run
 
     model, items = _harness_model(seed, False), make_task(40, seed=seed)
     found = problems(pipe, model, items)
@@ -295,7 +295,7 @@ def evaluation_symptom(pipe: Pipeline, seed: int = 31) -> str | None:
 
 
 def _show_evaluation(pipe: Pipeline) -> None:
-    from .harness import chain_scores, heldout_loss, make_task, run, token_floor
+    from ..lessons.harness import chain_scores, heldout_loss, make_task, run, token_floor
 
     model = _harness_model(0, True)
     task = make_task(100, seed=0)
@@ -309,9 +309,9 @@ def _show_evaluation(pipe: Pipeline) -> None:
 
 # ----- data / batch (notebook 01) ------------------------------------------------------------------
 def batch_symptom(pipe: Pipeline, seed: int = 31) -> str | None:
-    """Notebook 01's check (``course.baselines.held_out_symptom``): trained on ``seed``, the held-out
+    """Notebook 01's check (``course.toolkit.baselines.held_out_symptom``): trained on ``seed``, the held-out
     loss is neither below the exact chain's loss on the same windows nor stalled above the floor."""
-    from .baselines import held_out_symptom
+    from ..toolkit.baselines import held_out_symptom
 
     return held_out_symptom(pipe, seed=seed)
 
@@ -431,7 +431,7 @@ def fresh_draws(pipe: Pipeline, salt: str, n: int = 2) -> list[Pipeline]:
     return [mystery.make(bug, _number(salt, i, "fix") % 1_000_000, base, salt=salt) for i in range(n)]
 
 
-_CONFIG_FIELDS = ("language_seed", "data_seed", "val_seed", "lr", "warmup")  # drawn per draw (course.mystery)
+_CONFIG_FIELDS = ("language_seed", "data_seed", "val_seed", "lr", "warmup")  # drawn per draw (course.exercises.mystery)
 
 
 def _recipe(pipe: Pipeline) -> tuple:
@@ -527,7 +527,7 @@ def summary_row(student_id: str) -> tuple[str, str]:
     return family, bug
 
 
-# What a test cell switches off while learner code runs (course.grading.switched_off): the answer
+# What a test cell switches off while learner code runs (course.exercises.grading.switched_off): the answer
 # (``SWITCHED_OFF``), and the package checks that would answer "is this pipeline broken?" for some
 # family (``PACKAGE_CHECKS``: each family's symptom and the notebooks' reference checks). The tools
 # the notebooks teach with (train_steps, split_run, differences, traced, overfit_pipe, ...) stay on.
@@ -536,8 +536,10 @@ SWITCHED_OFF = (answer_family, family_of, reference_fix, summary_row, draw_for, 
 
 
 def _package_checks() -> tuple:
-    from . import baselines, checkpoint, checks, generate, harness, nonfinite, preflight, replay, throughput, valgap
-    from .alerts import AlertPolicy
+    from ..toolkit import baselines, checks, nonfinite, preflight
+    from ..reference import checkpoint
+    from ..lessons import generate, harness, replay, throughput, valgap
+    from ..toolkit.alerts import AlertPolicy
 
     return tuple(f.symptom for f in FAMILIES.values()) + (
         baselines.held_out_symptom, checks.check_batch, checks.update_report, checks.position_sensitivity,

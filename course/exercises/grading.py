@@ -14,8 +14,8 @@ The contract every graded exercise follows (README, "The exercise standard"):
   of learner code here runs under ``captured_warnings``, which prints each warning to stdout (so the
   feedback still shows it) instead of stderr.
 
-* **A graded call runs apart** (``course.isolation.run_apart``): ``assert_detector``,
-  ``assert_names`` and ``course.mystery.check_fix`` call the learner's function in a forked, sealed
+* **A graded call runs apart** (``course.exercises.isolation.run_apart``): ``assert_detector``,
+  ``assert_names`` and ``course.exercises.mystery.check_fix`` call the learner's function in a forked, sealed
   process that holds no answer, and get back only plain data.
 
 What these cannot stop: code outside a graded call runs in the kernel itself, so code written to undo
@@ -129,7 +129,7 @@ def assert_detector(detect: Callable[[object], bool], healthy: dict[str, object]
     """Fail, naming every misclassified case, unless ``detect`` is False on all healthy cases and
     True on all broken ones. Both dicts must be non-empty, so a constant answer cannot pass.
     ``detect`` must return a bool (``True``/``False``, numpy and torch bools included). It runs
-    apart, where no answer exists (``course.isolation.run_apart``), with the package functions in
+    apart, where no answer exists (``course.exercises.isolation.run_apart``), with the package functions in
     ``off`` and their private helpers switched off; the first exception it raised (broken cases
     first, then healthy ones, each in their dict's order) is raised here again."""
     from .isolation import run_apart
@@ -165,7 +165,7 @@ def assert_names(name: Callable[[object], str], cases: dict[str, tuple[object, s
     miss with the learner's answer. The expected answer is shown only with ``show_expected`` (the
     feedback reaches the learner: a mystery's answer, hidden draws' above all, must not). The cases
     must hold at least two different answers, so a constant cannot pass. ``name`` runs apart, where
-    no answer exists (``course.isolation.run_apart``), with the package functions in ``off`` and
+    no answer exists (``course.exercises.isolation.run_apart``), with the package functions in ``off`` and
     their private helpers switched off; only the strings it returned come back."""
     from .isolation import run_apart
 
@@ -213,11 +213,11 @@ def _from_data(data):
 def graded_calls(fn: Callable, cases: list, send: Callable[[object], object] | None = None,
                  off: Iterable[Callable] = ()) -> list:
     """``[send(fn(case)) for case in cases]``, computed apart, where no answer exists
-    (``course.isolation.run_apart``), with the package functions in ``off`` and their private
+    (``course.exercises.isolation.run_apart``), with the package functions in ``off`` and their private
     helpers switched off. ``send`` turns a result into plain data in that process (default: the
     result itself, which must then be JSON data); the first exception a call raised is raised
     here again. For a call of learner code that ``assert_detector``, ``assert_names`` and
-    ``course.mystery.check_fix`` do not cover (a diagnosis record: ``send=course.record.as_data``)."""
+    ``course.exercises.mystery.check_fix`` do not cover (a diagnosis record: ``send=course.exercises.record.as_data``)."""
     from .isolation import run_apart
 
     send = send or sendable

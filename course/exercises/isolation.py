@@ -1,13 +1,13 @@
 """Run a learner's graded function where the answer to the exercise does not exist.
 
 A mystery's answer (which bug a drawn pipeline carries) lives in the kernel that made the draw:
-``course.mystery`` has to remember it to grade. Hiding it behind a private name does not help, since
+``course.exercises.mystery`` has to remember it to grade. Hiding it behind a private name does not help, since
 code in the same interpreter can read anything there: a module's private registry, the garbage
 collector, the caller's frame, a closure's cells, the test cell's own source in IPython's history.
 So a test never calls a learner's ``detect`` / ``name_cause`` / ``fix`` in the kernel itself.
 ``run_apart(fn, cases)`` forks the kernel and, in the child, before any learner code runs:
 
-1. **forgets the answers**: the draw registry of ``course.mystery`` and the capstone's caches are
+1. **forgets the answers**: the draw registry of ``course.exercises.mystery`` and the capstone's caches are
    emptied; the data the running test cell assigned at its top level (its expected answers, its
    labelled draws; the functions it defines stay, with their closures) is deleted; IPython's input
    and output history, the source cache (``linecache``: the test cell's source, with its hidden bug
@@ -21,7 +21,7 @@ So a test never calls a learner's ``detect`` / ``name_cause`` / ``fix`` in the k
    ``ctypes``, ``/proc``, IPython's history database, new processes, links and renames, and
    replacing a function's code are refused to everyone; a frame inside a mystery part (or below
    one) is refused to everyone, a library's helper too; any frame is refused to a notebook's code;
-   a part keeps its function as a local of a suspended generator (``course.mystery.Part``), and
+   a part keeps its function as a local of a suspended generator (``course.exercises.mystery.Part``), and
    that generator cannot be opened;
 4. runs the calls in a fresh thread (whose stack holds none of the test's frames), in an order
    shuffled from ``os.urandom``, each from the same random state, so the position of a call says
@@ -100,7 +100,7 @@ class Sealed(PermissionError):
 
 
 def _make_hook():
-    """The seal: an audit hook that, once ``course.isolation.seal`` is raised, refuses
+    """The seal: an audit hook that, once ``course.exercises.isolation.seal`` is raised, refuses
 
     * every event of ``DENIED_EVENTS`` and ``DENIED_PREFIXES``, to anyone;
     * a frame whose own code, or the code of any frame above it, is inside a mystery part
@@ -169,7 +169,7 @@ def _make_hook():
         return None
 
     def hook(event, args):
-        if event == "course.isolation.seal":
+        if event == "course.exercises.isolation.seal":
             holder_codes.update(code for code in args if code is not None)
             sealed[0] = True
             return
@@ -188,9 +188,9 @@ def _make_hook():
 def seal() -> None:
     """Refuse the routes of ``_make_hook`` for the rest of this process (one way: nothing unseals).
     Raises RuntimeError if the seal is not in force afterwards (another audit hook refused ours)."""
-    mystery = sys.modules.get("course.mystery")
+    mystery = sys.modules.get("course.exercises.mystery")
     _addaudithook(_make_hook())
-    sys.audit("course.isolation.seal", getattr(mystery, "_HOLDER_CODE", None), _library_only.__code__)
+    sys.audit("course.exercises.isolation.seal", getattr(mystery, "_HOLDER_CODE", None), _library_only.__code__)
     try:
         gc.get_referrers(seal)
     except Sealed:
@@ -206,7 +206,7 @@ def _stored_names(code: types.CodeType) -> set[str]:
 
 def _forget(user_ns: dict | None, frame) -> None:
     """Drop every answer this process holds (called in the child, before the seal)."""
-    for name, clear in (("course.mystery", "forget_all"), ("course.capstone", "forget_all")):
+    for name, clear in (("course.exercises.mystery", "forget_all"), ("course.exercises.capstone", "forget_all")):
         module = sys.modules.get(name)
         if module is not None and _getattr(module, clear, None) is not None:
             _getattr(module, clear)()
@@ -352,8 +352,8 @@ def _names_in(fn) -> set[str]:
 
 # Modules whose private functions are the pipeline's own working parts (stored in parts, called by
 # the loop): never looked into for a check's helpers.
-MACHINERY = ("course.mystery", "course.pipeline", "course.train", "course.data", "course.model",
-             "course.bugs", "course.isolation", "course.grading")
+MACHINERY = ("course.exercises.mystery", "course.reference.pipeline", "course.reference.train", "course.reference.data", "course.reference.model",
+             "course.bugs", "course.exercises.isolation", "course.exercises.grading")
 
 
 def private_helpers(functions: Iterable[Callable]) -> list[_FunctionType]:
@@ -388,7 +388,7 @@ def private_helpers(functions: Iterable[Callable]) -> list[_FunctionType]:
 def _library_only(original: _FunctionType, name: str):
     """A suspended generator that calls ``original`` for the package's own code only: the caller
     of the trampoline that sends to it must be a file of ``course``. The only reference to
-    ``original`` is a local of this frame (``course.mystery._holder`` explains why that holds)."""
+    ``original`` is a local of this frame (``course.exercises.mystery._holder`` explains why that holds)."""
     from .grading import SwitchedOff
 
     request = yield

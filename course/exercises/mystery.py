@@ -18,7 +18,7 @@ bug. ``draw`` makes sure of that:
   not predict hidden ones.
 
 Where the answer lives: in this process, in ``_SECRETS``, for grading. A graded call of learner code
-never runs here: ``course.isolation.run_apart`` runs it in a forked, sealed process that has
+never runs here: ``course.exercises.isolation.run_apart`` runs it in a forked, sealed process that has
 forgotten every answer (``forget_all``), in which a part's function cannot be reached (``Part``
 holds it inside a suspended generator, and the routes into one are refused). Calling a part shows
 what it does: that is a test, and allowed. Outside graded calls (an ordinary cell) a learner can
@@ -45,12 +45,12 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .bugs import inject
-from .model import Attention, TinyGPT, attention_mask
-from .pipeline import PARTS, Pipeline, _windows
+from ..bugs import inject
+from ..reference.model import Attention, TinyGPT, attention_mask
+from ..reference.pipeline import PARTS, Pipeline, _windows
 
 HEALTHY = "healthy"
-PART_FIELDS = PARTS  # every field of Pipeline declared with course.pipeline.part
+PART_FIELDS = PARTS  # every field of Pipeline declared with course.reference.pipeline.part
 
 
 class NotOpaque(ValueError):
@@ -60,7 +60,7 @@ class NotOpaque(ValueError):
 def _holder(fn: Callable):
     """A suspended generator that calls ``fn`` with what it is sent: the only reference to ``fn``
     is a local of its frame, which CPython hands out only through audited routes (``gi_frame``,
-    the garbage collector), the routes a graded call's process refuses (``course.isolation``).
+    the garbage collector), the routes a graded call's process refuses (``course.exercises.isolation``).
     Arguments that do not fit ``fn`` raise one TypeError that names no function."""
     try:
         bind = _signature(fn).bind
@@ -129,7 +129,7 @@ def _reference_val(pipe: Pipeline) -> torch.Tensor:
 
 
 def _reference_batches(pipe: Pipeline, seed: int, step: int):
-    from .train import windows_at
+    from ..reference.train import windows_at
     return pipe.collate(windows_at(pipe, seed, step), pipe.language().PAD)
 
 
@@ -315,7 +315,7 @@ def make(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -
 
 
 def forget_all() -> None:
-    """Drop every draw's answer (``course.isolation`` calls it in a graded call's process)."""
+    """Drop every draw's answer (``course.exercises.isolation`` calls it in a graded call's process)."""
     _SECRETS.clear()
 
 
@@ -332,7 +332,7 @@ def touched(pipe: Pipeline) -> tuple[str, ...]:
 def _secret(pipe: Pipeline) -> _Secret:
     entry = _SECRETS.get(id(pipe))
     if entry is None or entry[0]() is not pipe:
-        raise KeyError("this pipeline was not made by course.mystery.draw")
+        raise KeyError("this pipeline was not made by course.exercises.mystery.draw")
     return entry[1]
 
 
@@ -369,7 +369,7 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
     pipeline must keep every field the bug did not touch, and ``symptom(fixed)`` (a behavioural check
     that trains it, returning a problem or None) must find nothing.
 
-    ``fix`` decides apart, where no answer exists (``course.isolation.run_apart``), with ``reveal``,
+    ``fix`` decides apart, where no answer exists (``course.exercises.isolation.run_apart``), with ``reveal``,
     ``draw``, ``make``, ``touched`` and the functions in ``off`` (and their private helpers) switched
     off: what comes back is its result's ``fix_signature`` (which fields it changed, and to what kind
     of value). The fixed pipeline itself cannot cross a process (a part may wrap the original parts,

@@ -130,7 +130,7 @@ def precision_run(pipe, dtype=torch.float16, use_scaler: bool = False, steps: in
     draws other batches than ``seed``. Records per step the loss, the skip, the scale and whether the
     weights are finite. The pipeline's ``update`` (clipping, schedule) is not called: the optimizer
     steps through the scaler, so this tests the precision, not the pipeline's update."""
-    from .train import batch_at
+    from ..reference.train import batch_at
     model = pipe.build_model(seed)
     net = ScaledLogits(model, logit_scale) if logit_scale != 1.0 else model
     optimizer = pipe.make_optimizer(model, pipe)
@@ -263,7 +263,7 @@ class MemoryRun:
 def run(pipe, steps: int = 6, seed: int = 0, autocast: bool = True) -> MemoryRun:
     """``steps`` training steps of ``pipe`` under bf16 autocast on CPU (no scaler: bf16 has float32's
     range), calling its ``keep_loss`` and ``monitor`` parts each step, with the memory meters."""
-    from .train import batch_at
+    from ..reference.train import batch_at
     model = pipe.build_model(seed)
     optimizer = pipe.make_optimizer(model, pipe)
     probe = pipe.collate(pipe.windows("val")[:16], pipe.language().PAD)

@@ -77,7 +77,7 @@ def replicas_agree(model: torch.nn.Module) -> bool:
     return bool(torch.equal(hi, lo))
 
 
-_PRELOAD = ["course.distributed", "torch.distributed", "torch._dynamo"]
+_PRELOAD = ["course.lessons.distributed", "torch.distributed", "torch._dynamo"]
 
 
 def start_fork_server() -> None:
@@ -102,7 +102,7 @@ def _train_scenarios(rank, world, scenarios, steps, fail, seed):
     """The ranks' training loop (runs inside a process group): returns scenario name -> rows."""
     import torch.distributed as dist
 
-    from .train import batch_at
+    from ..reference.train import batch_at
 
     pipe = _pipe()
     results = {}

@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .data import IGNORE, Batch, MarkovLanguage, next_token_batch
+from ..reference.data import IGNORE, Batch, MarkovLanguage, next_token_batch
 
 CACHE_TOLERANCE = 1e-4  # max |cached - recomputed| logit accepted: float32 rounding is ~1e-6 here
 
@@ -403,11 +403,11 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
     ``FixedLogits``; greedy output and logits against the full recompute; seeded sampling; sampled
     frequencies against ``softmax(logits / T)`` with and without top-k; the true-chain NLL of samples
     at T = 0.7 within ``tolerance`` of the reference generator's. ``gen`` runs with the functions in
-    ``off`` switched off (``course.grading.switched_off``); the references run outside. EOS is also
+    ``off`` switched off (``course.exercises.grading.switched_off``); the references run outside. EOS is also
     checked on the trained model, with a token that some rows' greedy continuations reach before
     others' (a finished row must be held at EOS while the rest go on), when the prompts give such a
     token (they do for a few dozen rows of a small language; without one the check is skipped)."""
-    from .grading import switched_off
+    from ..exercises.grading import switched_off
 
     problems = []
     P, n = prompts.shape[1], 12

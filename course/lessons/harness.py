@@ -1,7 +1,7 @@
 """A small evaluation harness in the style of lm-evaluation-harness, on a task with known answers
 (notebook 09).
 
-**The text.** The Markov language of ``course.data`` written out as words: each of its 16 symbols is
+**The text.** The Markov language of ``course.reference.data`` written out as words: each of its 16 symbols is
 a pseudo-word (``WORDS``; every word starts with its own letter, so no word is a prefix of another),
 words are joined by one space, documents by a newline. A ``TinyGPT`` over word-level tokens (``VOCAB``:
 each word with and without its leading space, as a BPE tokenizer would have it) is trained on
@@ -42,7 +42,7 @@ the same after dividing each option's sum by its length. Ties go to the first op
 ``paired_bootstrap`` and ``significantly_better``; ``ngram_overlap`` and ``contamination`` (an
 n-gram check between evaluation items and training text, with its n stated).
 
-This module imports nothing of ``course`` but ``data`` and ``model``, so ``course.pipeline`` can use
+This module imports nothing of ``course`` but ``data`` and ``model``, so ``course.reference.pipeline`` can use
 its parts as defaults.
 """
 
@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .data import entropy
-from .model import ModelConfig, TinyGPT
+from ..reference.data import entropy
+from ..reference.model import ModelConfig, TinyGPT
 
 WORDS = ("o", "ka", "ti", "mun", "sel", "rup", "vex", "dorn", "lish", "wamp", "quel", "bres",
          "glint", "fyord", "hazzy", "crump")
@@ -316,7 +316,7 @@ def chain_scores(task: Task) -> tuple[torch.Tensor, torch.Tensor]:
     return lls, lengths
 
 
-# ----- the healthy parts (course.pipeline's defaults) ---------------------------------------------------
+# ----- the healthy parts (course.reference.pipeline's defaults) ---------------------------------------------------
 def plain_template(question) -> str:
     """The question as the training documents write it: words joined by one space."""
     return render(question)

@@ -73,7 +73,7 @@ def function_hash(fn) -> str:
 
 def code_hashes(pipe) -> dict[str, str]:
     """The ``code`` component: each source file of the package, then each part of ``pipe``."""
-    from .pipeline import PARTS
+    from ..reference.pipeline import PARTS
 
     out = {str(p.relative_to(PACKAGE.parent)): _sha(p.read_bytes()) for p in sorted(PACKAGE.rglob("*.py"))}
     for name in PARTS:
@@ -84,7 +84,7 @@ def code_hashes(pipe) -> dict[str, str]:
 
 def config_of(pipe, seed: int, steps: int) -> dict[str, str]:
     """The ``config`` component: every setting of ``pipe`` (parts excluded), the seed and the steps."""
-    from .pipeline import PARTS
+    from ..reference.pipeline import PARTS
 
     out = {f.name: repr(getattr(pipe, f.name)) for f in dataclasses.fields(pipe)
            if f.name not in PARTS and f.name != "bugs"}
@@ -102,8 +102,8 @@ def _tensor_hash(*tensors: torch.Tensor) -> str:
 
 def data_hashes(pipe, seed: int, steps: int, start: int = 0) -> dict[str, str]:
     """The ``data`` component: the training and validation windows, and the batches of data indices
-    ``start`` to ``start + steps - 1`` as the loop would get them (``course.train.batch_at``)."""
-    from .train import batch_at
+    ``start`` to ``start + steps - 1`` as the loop would get them (``course.reference.train.batch_at``)."""
+    from ..reference.train import batch_at
 
     batches = [batch_at(pipe, seed, s) for s in range(start, start + steps)]
     return {

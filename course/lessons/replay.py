@@ -1,7 +1,7 @@
 """Replay a batch from the last good state, and rewind-and-skip as logged containment (notebook 04).
 
 What a loop must save so a spike can be replayed later: checkpoints every ``k`` steps (model,
-optimizer, scheduler, RNG and data cursor: ``course.train.save_checkpoint``) and, per step, the
+optimizer, scheduler, RNG and data cursor: ``course.reference.train.save_checkpoint``) and, per step, the
 identity of the batch it trained on (its data index: ``step + run.data_offset``). With both, the
 question "was it this batch, or the state it met?" becomes an experiment: resume the checkpoint just
 before the spike, and train on the same data index, or on another one.
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from .model import ModelConfig
-from .pipeline import Pipeline
-from .train import Run, batch_at, resume, save_checkpoint, start, train_steps
+from ..reference.model import ModelConfig
+from ..reference.pipeline import Pipeline
+from ..reference.train import Run, batch_at, resume, save_checkpoint, start, train_steps
 
 # A small, fast version of the reference recipe (one layer, 16-token windows, 32 windows a batch):
 # 360 steps take about 3 s on one CPU thread. Its schedule runs to step 1000, so the learning rate
@@ -182,7 +182,7 @@ class Quarantine:
     and removes the ones that fail: data index ``i`` of the guarded stream is the ``i``-th source
     batch that passed ``check`` (``check(batch)`` returns a reason to reject it, or None). Every
     rejection is logged once in ``log``. ``source`` is a ``batches`` part; None means the reference
-    stream (``course.train.batch_at`` of the pipeline without its ``batches`` part).
+    stream (``course.reference.train.batch_at`` of the pipeline without its ``batches`` part).
 
     Removing batches shifts every later data index: until the first rejection the guarded stream is
     the source stream, so a run resumed from a checkpoint saved before it continues identically."""
@@ -222,11 +222,11 @@ MYSTERY_CANDIDATES = ("healthy", "corrupted-shard", "garbled-shard", "lr-burst")
 
 def spike_alerts(pipe: Pipeline, seed: int = 0, steps: int = MYSTERY_STEPS, loss_ratio: float = 1.4,
                  window: int = 10) -> list:
-    """The loss-spike alerts of ``course.alerts.AlertPolicy`` (``loss_ratio``, ``window``) over a
+    """The loss-spike alerts of ``course.toolkit.alerts.AlertPolicy`` (``loss_ratio``, ``window``) over a
     fresh run of ``pipe`` (seed ``seed``, ``steps`` steps): the detector the mystery exercise grades
     a fix with. Switched off while a learner's detector is graded."""
-    from .alerts import AlertPolicy, replay_alerts
-    from .train import start, train_steps
+    from ..toolkit.alerts import AlertPolicy, replay_alerts
+    from ..reference.train import start, train_steps
 
     run = train_steps(start(pipe, seed), steps, eval_every=0)
     return [a for a in replay_alerts(AlertPolicy(loss_ratio=loss_ratio, window=window), run.history)
@@ -234,12 +234,12 @@ def spike_alerts(pipe: Pipeline, seed: int = 0, steps: int = MYSTERY_STEPS, loss
 
 
 def spike_symptom(pipe: Pipeline, seed: int = 0) -> str | None:
-    """A behavioural check of a fixed mystery pipeline (for ``course.mystery.check_fix``): None if a
+    """A behavioural check of a fixed mystery pipeline (for ``course.exercises.mystery.check_fix``): None if a
     fresh run (seed ``seed``) raises no loss-spike alert and at least 90% of its first
     ``MYSTERY_STEPS`` batches are ordinary data, i.e. batches of the reference stream (among its first
     ``MYSTERY_STEPS + 2 * SHARD_LEN``, so removing a few bad batches is allowed, replacing the ordinary
     data is not); else what is wrong."""
-    from .bugs.spike import SHARD_LEN
+    from ..bugs.spike import SHARD_LEN
 
     if pipe.batches is not None:
         reference = pipe.replace(batches=None)

@@ -8,12 +8,12 @@ An example is a ``(prompt, answer)`` pair of 1-D token tensors. A ``Template`` w
 supervise the answer tokens and the EOS that ends them, and nothing else: not the user marker, not
 the prompt, not the assistant marker (the "answer prefix"), not padding.
 
-* ``collate_sft`` builds the batch (the reference; it reuses ``course.data.prompt_answer_batch``).
+* ``collate_sft`` builds the batch (the reference; it reuses ``course.reference.data.prompt_answer_batch``).
 * ``mask_gate`` checks a batch from *any* collator against the examples it was made from, and raises
   ``MaskGateError`` naming the first clause it breaks. It can prove that exactly the answer and EOS
   tokens are supervised with the right ids; it cannot prove the answers are good answers.
 * ``sft_pipeline`` turns a ``Pipeline`` into a prompt/answer one (examples cut from its windows), so the
-  bug catalogue (``prompt-answer-mask-inverted``, ``eos-masked``) and ``course.train`` work on it;
+  bug catalogue (``prompt-answer-mask-inverted``, ``eos-masked``) and ``course.reference.train`` work on it;
   ``examples_at`` returns the examples behind ``batch_at`` for the gate.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .data import IGNORE, Batch, prompt_answer_batch
-from .pipeline import Pipeline
+from ..reference.data import IGNORE, Batch, prompt_answer_batch
+from ..reference.pipeline import Pipeline
 
 Example = tuple[torch.Tensor, torch.Tensor]
 
@@ -132,7 +132,7 @@ def sft_pipeline(pipe: Pipeline, template: Template = DEFAULT_TEMPLATE, min_len:
 
 
 def examples_at(pipe: Pipeline, seed: int, step: int) -> list[Example]:
-    """The (prompt, answer) examples behind ``course.train.batch_at(pipe, seed, step)`` of an SFT pipeline."""
-    from .train import windows_at
+    """The (prompt, answer) examples behind ``course.reference.train.batch_at(pipe, seed, step)`` of an SFT pipeline."""
+    from ..reference.train import windows_at
 
     return pipe.collate.examples(windows_at(pipe, seed, step), pipe.language().PAD)

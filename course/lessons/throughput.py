@@ -1,11 +1,11 @@
 """Throughput (notebook 06): where a step's time goes, and what makes tokens/s drop at step N.
 
-* **Phases.** ``course.train.train_steps`` times each step in seven phases (``course.phases.PHASES``:
+* **Phases.** ``course.reference.train.train_steps`` times each step in seven phases (``course.toolkit.phases.PHASES``:
   data, fwd, bwd, opt, log, ckpt, eval) into ``run.phases``. ``step_times(run)`` adds them up;
   ``stacked_plot`` draws them per step; ``tokens_per_second`` turns them into throughput, counting
   either **scored target tokens** (real work) or **padded positions** (what the hardware did).
 * **Traces from a seeded cost model.** ``traced(pipe, seed)`` trains ``pipe`` for ``TRACE_STEPS``
-  steps under ``course.phases.CostModel`` (documented there): phase times that do not depend on this
+  steps under ``course.toolkit.phases.CostModel`` (documented there): phase times that do not depend on this
   machine or how busy it is, with healthy noise (+-15% per phase, and a few isolated slow steps).
   Bugs of the ``throughput`` family charge their modelled costs to it. Grading uses these traces.
 * **A regression check.** ``regressions(run, baseline)`` compares each phase, step by step, with a
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .data import next_token_batch
-from .phases import PHASES, CostModel, eval_on_schedule, log_nothing, no_checkpoint
-from .pipeline import Pipeline
+from ..reference.data import next_token_batch
+from ..toolkit.phases import PHASES, CostModel, eval_on_schedule, log_nothing, no_checkpoint
+from ..reference.pipeline import Pipeline
 
 TRACE_STEPS = 24
 CAUSES = ("healthy", "data", "eval", "checkpoint", "logging")
@@ -99,7 +99,7 @@ def traced(pipe: Pipeline, seed: int = 0, steps: int = TRACE_STEPS):
     """``pipe`` trained for ``steps`` steps from ``seed``, timed by a ``CostModel`` whose noise is seeded
     by ``seed`` and the pipeline's own data seeds (remembered: a second call is free). No evaluation
     is scheduled (``eval_every=0``)."""
-    from .train import start, train_steps
+    from ..reference.train import start, train_steps
 
     key = (seed, steps)
     cache = _TRACES.setdefault(pipe, {})
@@ -239,7 +239,7 @@ def race(pipe: Pipeline, take, save_at: int = 4, steps_after: int = 3, seed: int
     give each saved tensor's provenance (``from_step``; ``None``: equal to no state the run passed
     through) and the saved learning rate's (``lr_from``). When two states are equal in a tensor (a
     frozen one), the earliest step is named."""
-    from .train import start, train_steps
+    from ..reference.train import start, train_steps
 
     run = start(pipe, seed)
     train_steps(run, save_at, eval_every=0)
@@ -281,7 +281,7 @@ def resume_from(pipe: Pipeline, state: dict, scheduler_state: dict, step: int, s
     """A fresh run of ``pipe`` continued from a checkpoint ``state`` (``{"model", "optimizer"}``), the
     scheduler's state and the step (the data cursor) it was taken at. The pipelines of this notebook
     have no dropout, so no RNG state is needed."""
-    from .train import start
+    from ..reference.train import start
 
     run = start(pipe, seed)
     run.model.load_state_dict(state["model"])
@@ -303,7 +303,7 @@ def counted_flops(pipe: Pipeline, seed: int = 0) -> tuple[int, dict]:
     operator."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from .train import batch_at
+    from ..reference.train import batch_at
 
     model = pipe.build_model(seed)
     batch = batch_at(pipe, seed, 0)
@@ -351,7 +351,7 @@ def profile_steps(run, wait: int = 1, warmup: int = 1, active: int = 3):
     the profiler (read it with ``key_averages()``)."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from .train import train_steps
+    from ..reference.train import train_steps
 
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=wait, warmup=warmup, active=active)) as prof:
         for _ in range(wait + warmup + active):
@@ -367,7 +367,7 @@ def loop_extras(run, repeats: int = 50) -> dict[str, float]:
     after the update, for ``rel_update``). The norms of those copies are taken after the ``opt`` lap
     and are charged to no phase. One backward pass is run first so the gradients exist; the
     parameters are not updated."""
-    from .train import _flat, batch_at
+    from ..reference.train import _flat, batch_at
 
     pipe, model = run.pipe, run.model
     params = list(model.parameters())
@@ -391,12 +391,12 @@ def loop_extras(run, repeats: int = 50) -> dict[str, float]:
 
 
 def overhead(run, blocks: int = 6, block: int = 8) -> dict[str, float]:
-    """Per-layer telemetry (``course.telemetry``: a clone of every parameter before the update, then
+    """Per-layer telemetry (``course.toolkit.telemetry``: a clone of every parameter before the update, then
     seven statistics per parameter tensor, eight ``.item()`` calls since ``rel_update`` takes two)
     switched on and off in alternating blocks of one run; the median step time of each
     and their ratio."""
-    from .telemetry import Telemetry
-    from .train import train_steps
+    from ..toolkit.telemetry import Telemetry
+    from ..reference.train import train_steps
 
     named = [(n, p) for n, p in run.model.named_parameters() if p.requires_grad]
     tel = Telemetry([n for n, _ in named])

@@ -7,7 +7,7 @@ falsify it:
   the *training* windows with the eval path and with ``reference_loss`` (``model.eval()``, the
   reference mean cross-entropy over scored tokens, the same batches). A healthy eval path gives the
   same number, bit for bit, every time (``eval_path_check``);
-* **leakage** (validation shares windows with training): the overlap audit of ``course.overlap``,
+* **leakage** (validation shares windows with training): the overlap audit of ``course.toolkit.overlap``,
   which needs no model at all;
 * **overfitting** (a small training set seen many times): score *fresh* windows from the training
   source (``fresh``); they behave like validation, far above the training windows;
@@ -19,7 +19,7 @@ chosen seed), ``OtherSource`` (all or part of validation from another Markov cha
 ``TrainCopies`` and ``TrainContinuations`` (leakage: copies of training windows, or training windows
 slid on by a few tokens, as a random split of overlapping windows produces).
 
-For mystery pipelines (``course.mystery``, whose parts are opaque): ``trained`` (one short run per
+For mystery pipelines (``course.exercises.mystery``, whose parts are opaque): ``trained`` (one short run per
 pipeline and seed, remembered, so several tests share it), ``seen_loss`` (the reference loss on the
 batches a run actually trained on: what the pipeline's settings call its training set may not be
 what it trained on), and ``problems`` (the four separating tests at once, with thresholds: the
@@ -43,9 +43,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .data import Batch, MarkovLanguage
-from .pipeline import Pipeline, _language, _windows, set_eval_mode, token_cross_entropy
-from .train import Run, batch_at, evaluate, start, train, train_steps
+from ..reference.data import Batch, MarkovLanguage
+from ..reference.pipeline import Pipeline, _language, _windows, set_eval_mode, token_cross_entropy
+from ..reference.train import Run, batch_at, evaluate, start, train, train_steps
 
 
 # ----- validation sources (values for Pipeline.val_source) ----------------------------------------
@@ -158,7 +158,7 @@ def per_sequence_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 # ----- measurements -------------------------------------------------------------------------------
 def reference_loss(model: torch.nn.Module, pipe: Pipeline, split: str = "train", batch_size: int = 256) -> float:
-    """The loss a correct eval path reports: ``course.train.evaluate`` with the reference evaluation
+    """The loss a correct eval path reports: ``course.reference.train.evaluate`` with the reference evaluation
     parts (``model.eval()``, mean token cross-entropy over scored targets) in place of the
     pipeline's own, on the same batches. Comparing it with ``evaluate`` on the same split compares
     like with like."""
@@ -238,7 +238,7 @@ _RUNS: dict = {}
 
 
 def trained(pipe: Pipeline, seed: int = 0) -> Run:
-    """``course.train.train(pipe, seed=seed, eval_every=0)``, remembered per (pipeline, seed): tests
+    """``course.reference.train.train(pipe, seed=seed, eval_every=0)``, remembered per (pipeline, seed): tests
     that need a trained model of the same draw share one training. Pipelines are compared as values
     (parts by identity), so ``pipe.replace(...)`` with a changed part is trained anew. Do not change
     the returned model's weights."""
@@ -271,7 +271,7 @@ def batches_loss(model: torch.nn.Module, batches: list[Batch]) -> float:
 
 
 def seen_batches(run: Run, k: int = 8) -> list[Batch]:
-    """The last ``k`` batches ``run`` trained on, from its own batch stream (``course.train.batch_at``
+    """The last ``k`` batches ``run`` trained on, from its own batch stream (``course.reference.train.batch_at``
     with the run's seed and data offset), whatever the pipeline's settings say its training set is."""
     first = max(0, run.step - k)
     return [batch_at(run.pipe, run.seed, s + run.data_offset) for s in range(first, run.step)]
@@ -296,7 +296,7 @@ def problems(pipe: Pipeline, seed: int = 1, gap: float = 0.3, shift: float = 0.1
     4. shift: the validation split scores more than ``shift`` nats worse than fresh windows.
     The thresholds sit far above a healthy run's noise at the sizes of notebook 05.
     """
-    from .overlap import audit
+    from ..toolkit.overlap import audit
 
     found = []
     model = pipe.build_model(seed)
@@ -342,7 +342,7 @@ def chain_loss(lang: MarkovLanguage, windows: torch.Tensor, per_window: bool = F
 @torch.no_grad()
 def window_losses(model: torch.nn.Module, windows: torch.Tensor, pad_id: int) -> torch.Tensor:
     """The model's mean loss on each window (n,), in eval mode, every target scored."""
-    from .data import next_token_batch
+    from ..reference.data import next_token_batch
 
     was_training = model.training
     model.eval()

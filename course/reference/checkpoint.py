@@ -1,7 +1,7 @@
 """Checkpoints that survive failure, and a resume that keeps the new configuration (notebook 07).
 
 **The restore.** ``restore_state(run, ckpt)`` is the reference ``restore`` part of a ``Pipeline``:
-``course.train.resume`` starts a fresh run from the pipeline and hands it the loaded checkpoint. It
+``course.reference.train.resume`` starts a fresh run from the pipeline and hands it the loaded checkpoint. It
 puts back everything a bit-identical continuation needs (weights, optimizer moments and step counts,
 the scheduler's position, the torch RNG, the data cursor, the history), but the *configuration*
 (learning rate, weight decay, betas, and the scheduler's base rates) comes from the pipeline:
@@ -82,7 +82,7 @@ def restore_state(run, ckpt: dict) -> None:
 
     Restored from the checkpoint: weights, optimizer state (moments, step counts), the scheduler's
     position (``last_epoch``), the torch RNG, the step and data cursor, the history. Taken from the
-    pipeline (as ``course.train.start`` built them): every param-group hyperparameter (``initial_lr``,
+    pipeline (as ``course.reference.train.start`` built them): every param-group hyperparameter (``initial_lr``,
     weight decay, betas, ...) and the scheduler's ``base_lrs``; the current ``lr`` is recomputed from
     them at the saved position, ``base_lr * lr_lambda(last_epoch)``, the expression the scheduler
     itself uses, so an unchanged configuration resumes bit for bit.
@@ -119,7 +119,7 @@ def differences(a, b) -> dict[str, int | float]:
 
 
 def to_memory(run) -> io.BytesIO:
-    """The run's checkpoint (``course.train.save_checkpoint``) in memory, ready for ``resume``."""
+    """The run's checkpoint (``course.reference.train.save_checkpoint``) in memory, ready for ``resume``."""
     from .train import save_checkpoint
 
     buf = io.BytesIO()
@@ -340,7 +340,7 @@ def kill_during_save(pipe, folder, steps: int, timeout: float = 120.0) -> KillRe
     with open(folder / "pipe.pkl", "wb") as f:
         pickle.dump(pipe, f)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-c", f"from course.checkpoint import _child; _child({str(folder)!r}, {steps})"],
+    proc = subprocess.Popen([sys.executable, "-c", f"from course.reference.checkpoint import _child; _child({str(folder)!r}, {steps})"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], timeout)

@@ -12,7 +12,7 @@ Because the chain is known, so is every baseline a loss can be compared with:
 
 Both are averages. On a small validation set the exact chain itself scores below the window floor
 about half the time, so a held-out loss "below the floor" proves nothing by itself: compare it with
-the exact chain's loss on the same windows (``course.baselines.chain_loss``), or demand a margin of
+the exact chain's loss on the same windows (``course.toolkit.baselines.chain_loss``), or demand a margin of
 several standard errors. Well below that, the model saw what it predicts.
 
 The language has ``n_symbols`` ordinary tokens plus two specials, ``PAD`` and ``EOS``, so the model's

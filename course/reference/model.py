@@ -12,7 +12,7 @@ replaces the ``1/sqrt(head dim)`` of the scores (notebook 02 uses both to make N
 
 Each ``Attention`` passes its raw scores (before the mask) and its softmax weights through two
 ``nn.Identity`` modules, ``score_probe`` and ``softmax_probe``: no parameters, no effect, but a forward
-hook on them sees those tensors (``course.nonfinite``).
+hook on them sees those tensors (``course.toolkit.nonfinite``).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.drop = make_dropout(cfg)
-        # Hook points: identity modules, so a forward hook (course.nonfinite) sees the raw scores
+        # Hook points: identity modules, so a forward hook (course.toolkit.nonfinite) sees the raw scores
         # (before the mask) and the attention weights; they hold no parameters and change nothing.
         self.score_probe = nn.Identity()
         self.softmax_probe = nn.Identity()

@@ -1,7 +1,7 @@
 """The reference pipeline: every choice a training run makes, as one replaceable part each.
 
 A ``Pipeline`` is plain data plus a few functions (collate the batch, compute the loss, build the
-optimizer, apply the update). The training loop in ``course.train`` only calls these parts, so a bug
+optimizer, apply the update). The training loop in ``course.reference.train`` only calls these parts, so a bug
 from ``course.bugs`` is a function ``Pipeline -> Pipeline`` that swaps one part for a broken one,
 and adding a bug never touches the loop.
 """
@@ -18,11 +18,11 @@ import torch.nn.functional as F
 
 from .data import Batch, MarkovLanguage, next_token_batch, variable_length_windows
 from .model import ModelConfig, TinyGPT
-from . import harness as harness_parts  # notebook 09: the harness's healthy stages
-from . import amp as amp_parts  # notebook 10: what the loop keeps, the monitor
+from ..lessons import harness as harness_parts  # notebook 09: the harness's healthy stages
+from ..lessons import amp as amp_parts  # notebook 10: what the loop keeps, the monitor
 from .checkpoint import restore_state
-from .generate import generate as generate_tokens
-from .phases import eval_on_schedule, log_nothing, no_checkpoint
+from ..lessons.generate import generate as generate_tokens
+from ..toolkit.phases import eval_on_schedule, log_nothing, no_checkpoint
 
 
 def token_cross_entropy(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -54,7 +54,7 @@ def set_eval_mode(model: nn.Module) -> None:
 
 
 def part(default):
-    """A replaceable part of the pipeline: a dataclass field marked so that ``course.mystery`` wraps
+    """A replaceable part of the pipeline: a dataclass field marked so that ``course.exercises.mystery`` wraps
     it (``PARTS`` lists them in order)."""
     return field(default=default, metadata={"part": True})
 
@@ -87,7 +87,7 @@ class Pipeline:
     min_len: int | None = None  # None: every window is full; else lengths in [min_len, seq_len + 1], padded
     data_seed: int = 1
     val_seed: int = 12345
-    # the replaceable parts (``part``: course.mystery wraps exactly these). A part's default is a
+    # the replaceable parts (``part``: course.exercises.mystery wraps exactly these). A part's default is a
     # function, never None, so a mystery draw can wrap the healthy part as it is.
     collate: Callable[[torch.Tensor, int], Batch] = part(next_token_batch)
     loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] = part(token_cross_entropy)
@@ -100,7 +100,7 @@ class Pipeline:
     eval_loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] | None = part(None)  # None: loss_fn
     eval_mode: Callable[[nn.Module], None] = part(set_eval_mode)
     # the training data stream (notebook 04): the batch of (pipe, seed, data index); None: the
-    # epoch-wise shuffles of course.train.batch_at
+    # epoch-wise shuffles of course.reference.train.batch_at
     batches: Callable[["Pipeline", int, int], Batch] | None = part(None)
     # the parts of notebook 06 (throughput)
     # what the loop does after each update: log (run, step, loss), checkpoint (run), and whether to
@@ -109,7 +109,7 @@ class Pipeline:
     checkpoint: Callable = part(no_checkpoint)
     eval_due: Callable[[int, int], bool] = part(eval_on_schedule)
     # the parts of notebook 07 (checkpoints and resume)
-    # how course.train.resume puts a loaded checkpoint into a freshly started run: (run, ckpt) -> None;
+    # how course.reference.train.resume puts a loaded checkpoint into a freshly started run: (run, ckpt) -> None;
     # the reference keeps this pipeline's learning rate and hyperparameters, not the checkpoint's
     restore: Callable = part(restore_state)
     # the parts of notebook 08 (generation)
@@ -117,7 +117,7 @@ class Pipeline:
     # seed, eos_id, return_logits) -> tokens (and logits); training and evaluation never call it
     generate: Callable = part(generate_tokens)
     # the parts of notebook 09 (evaluation harness)
-    # the harness's stages (course.harness.run): the question as text, the scored continuation, the
+    # the harness's stages (course.lessons.harness.run): the question as text, the scored continuation, the
     # few-shot examples chosen, the context truncation, the option score and acc_norm's length
     eval_template: Callable = part(harness_parts.plain_template)
     eval_continuation: Callable[[str, str], str] = part(harness_parts.with_delimiter)
@@ -125,7 +125,7 @@ class Pipeline:
     eval_truncate: Callable = part(harness_parts.truncate_left)
     eval_score: Callable = part(harness_parts.score_continuations)
     eval_norm_length: Callable = part(harness_parts.choice_length)
-    # the parts of notebook 10 (AMP and memory), called by course.amp.run: what the loop keeps of each
+    # the parts of notebook 10 (AMP and memory), called by course.lessons.amp.run: what the loop keeps of each
     # step's loss (loss) -> value, and the probe-batch monitor (model, batch, loss_fn) -> value
     keep_loss: Callable = part(amp_parts.keep_float)
     monitor: Callable = part(amp_parts.monitor_no_grad)

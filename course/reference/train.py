@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from .data import Batch
-from .phases import PHASES, CostModel, WallClock, active, charge
+from ..toolkit.phases import PHASES, CostModel, WallClock, active, charge
 from .pipeline import Pipeline, warmup_then_linear
 
 HISTORY_KEYS = (
@@ -46,7 +46,7 @@ class Run:
     val: dict = field(default_factory=lambda: {"step": [], "loss": []})
     stopped: str | None = None  # why the run stopped early, if it did
     data_offset: int = 0  # batches skipped so far: step s trains on data index s + data_offset
-    # seconds per step of each phase of course.phases.PHASES (data, fwd, bwd, opt, log, ckpt, eval)
+    # seconds per step of each phase of course.toolkit.phases.PHASES (data, fwd, bwd, opt, log, ckpt, eval)
     phases: dict = field(default_factory=lambda: {k: [] for k in PHASES})
 
     @property
@@ -118,9 +118,9 @@ def train_steps(run: Run, n: int, eval_every: int = 100, progress: bool = False,
     ``on_step(run, step, batch)``, if given, is called after each step is recorded and before any
     evaluation (e.g. to log the batch's data index or the optimizer's state).
 
-    Each step is timed in the phases of ``course.phases.PHASES`` into ``run.phases`` (and the
+    Each step is timed in the phases of ``course.toolkit.phases.PHASES`` into ``run.phases`` (and the
     older keys ``t_data``, ``t_fwd_bwd`` = fwd + bwd, ``t_opt`` of ``run.history``), read from
-    ``clock`` (default ``course.phases.WallClock()``; a ``CostModel`` gives seeded, machine-free
+    ``clock`` (default ``course.toolkit.phases.WallClock()``; a ``CostModel`` gives seeded, machine-free
     times). After the update the loop calls the pipeline's ``log_step(run, step, loss)`` and
     ``checkpoint(run)`` parts, then evaluates if ``eval_due(run.step, eval_every)``."""
     pipe, model, opt = run.pipe, run.model, run.optimizer
@@ -217,14 +217,14 @@ def checkpoint_state(run: Run) -> dict:
 
 def save_checkpoint(run: Run, path) -> None:
     """Everything a bit-identical resume needs: weights, optimizer, scheduler, RNG and data cursor.
-    A plain ``torch.save`` (``course.checkpoint.save`` writes atomically and keeps the last good one)."""
+    A plain ``torch.save`` (``course.reference.checkpoint.save`` writes atomically and keeps the last good one)."""
     torch.save(checkpoint_state(run), path)
 
 
 def resume(pipe: Pipeline, path) -> Run:
     """Rebuild the run saved at ``path`` (a path or a file object) for ``pipe``; training continues
     from the saved step. A fresh run of ``pipe`` is started and the pipeline's ``restore`` part puts
-    the saved state into it (the reference, ``course.checkpoint.restore_state``, keeps ``pipe``'s
+    the saved state into it (the reference, ``course.reference.checkpoint.restore_state``, keeps ``pipe``'s
     learning rate and hyperparameters rather than the checkpoint's)."""
     ckpt = torch.load(path, weights_only=False)
     run = start(pipe, ckpt["seed"])

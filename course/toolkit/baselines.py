@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from .data import IGNORE, entropy
+from ..reference.data import IGNORE, entropy
 
 
 def uniform_loss(vocab_size: int) -> float:
@@ -98,7 +98,7 @@ def held_out_symptom(pipe, seed: int = 0, run=None) -> str | None:
     """
     import math
 
-    from .train import train
+    from ..reference.train import train
 
     if run is None:
         run = train(pipe, seed=seed, eval_every=0)

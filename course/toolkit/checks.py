@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .data import IGNORE, Batch
+from ..reference.data import IGNORE, Batch
 from .outputs import logits_of
 
 
@@ -40,7 +40,7 @@ def check_batch(batch: Batch, vocab_size: int, min_scored_fraction: float = 0.99
     batches that mask a prompt on purpose). Returns the measured fractions when the batch passes.
 
     With ``model``, one more clause: the model, run once on the inputs (eval mode, no gradients), gives
-    logits of shape ``(B, T, vocab_size)``, read through ``course.outputs.logits_of`` (a tensor,
+    logits of shape ``(B, T, vocab_size)``, read through ``course.toolkit.outputs.logits_of`` (a tensor,
     ``(logits, loss)``, or ``.logits``): one row of logits per input position, over the vocabulary the
     ids are checked against. (A nanoGPT model called without targets returns the last position only.)
     """
@@ -284,8 +284,8 @@ def training_moves(pipe, seed: int = 11, steps: int = 40, window: int = 10) -> s
     It proves the pipeline updates and the loss falls on this seed, not that it learns the right
     thing. Warnings raised while training (a scheduler stepped without an optimizer step) are
     printed to stdout, not raised."""
-    from .grading import captured_warnings
-    from .train import start, train_steps
+    from ..exercises.grading import captured_warnings
+    from ..reference.train import start, train_steps
 
     run = start(pipe, seed)
     first = {n: p.detach().clone() for n, p in run.model.named_parameters()}

@@ -7,7 +7,7 @@ later tensor into NaN. ``Locator`` records the tensors of one step in the order 
    ``[0, num_embeddings)`` of the model's first ``nn.Embedding``: the integer form of "not finite");
 2. every module's output, in execution order (forward hooks), labelled by stage: ``embeddings``
    (``nn.Embedding``), ``scores`` and ``softmax`` (modules whose name ends in ``score_probe`` /
-   ``softmax_probe``; ``course.model.Attention`` has both), ``logits`` (the model's own output) and
+   ``softmax_probe``; ``course.reference.model.Attention`` has both), ``logits`` (the model's own output) and
    ``activations`` (everything else);
 3. ``loss`` (``record_loss``), then ``grads`` (``record_grads``, in reverse registration order, which
    is roughly the order backward computes them), then ``optimizer`` state such as Adam's ``exp_avg``
@@ -20,7 +20,7 @@ course's training loop step by step with a ``Locator`` attached; ``locate_step(m
 batch, loss_fn)`` runs textbook steps of your own model (on copies) with one attached.
 
 The model may return logits, ``(logits, loss)`` (nanoGPT) or an output object with ``.logits``
-(Hugging Face): the ``logits`` stage is read through ``course.outputs.logits_of``, which raises
+(Hugging Face): the ``logits`` stage is read through ``course.toolkit.outputs.logits_of``, which raises
 ``ModelOutputError`` (naming what was returned) for anything else; module outputs that are tuples,
 lists or mappings (a Hugging Face submodule's output object) are searched for tensors.
 
@@ -246,14 +246,14 @@ class Locator:
 
 
 def trace(pipe, steps: int = 20, seed: int = 0) -> list[Event]:
-    """Run the course's training loop on ``pipe`` (as ``course.train.train_steps`` does: batch,
+    """Run the course's training loop on ``pipe`` (as ``course.reference.train.train_steps`` does: batch,
     forward, loss, zero_grad, backward, clip, update, scheduler) with a ``Locator`` attached, and
     return the events of the first step where a tensor went bad, or of the last step if none did.
 
     If the forward pass raises after a bad input was recorded (an id out of range makes
     ``nn.Embedding`` raise), the events so far are returned; any other error propagates.
     """
-    from .train import batch_at, start  # here, not at the top: course.train imports tqdm
+    from ..reference.train import batch_at, start  # here, not at the top: course.reference.train imports tqdm
 
     run = start(pipe, seed)
     model, opt = run.model, run.optimizer
@@ -363,7 +363,7 @@ def _impossible(when: str, stage: str) -> str | None:
 class Advice:
     hypotheses: tuple[str, ...]
     test: str
-    examples: tuple[str, ...] = ()  # catalogue bugs that end here (where course.nonfinite.locate puts them)
+    examples: tuple[str, ...] = ()  # catalogue bugs that end here (where course.toolkit.nonfinite.locate puts them)
 
 
 _BEFORE = "No update has run yet, so the learning rate cannot be the cause."
@@ -377,7 +377,7 @@ TREE: dict[tuple[str, str], Advice] = {
         ("the data pipeline emits NaN/inf features, or ids outside the vocabulary (a sentinel such "
          "as -100 or -1 used as padding)",),
         "check one batch before the model sees it: min/max of the ids against the vocabulary size, "
-        "torch.isfinite on float features (course.checks.check_batch does the ids)",
+        "torch.isfinite on float features (course.toolkit.checks.check_batch does the ids)",
         ("inputs-padded-with-ignore-index",)),
     ("before any update", "embeddings"): Advice(
         ("the embedding weights are already non-finite (bad init, a scale of 1/0, a corrupt checkpoint)",

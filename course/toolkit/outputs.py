@@ -13,8 +13,8 @@ tuple or list gives its first element if that is a tensor. Anything else raises
 It does not guess beyond that: a tuple whose first element is not the logits (say ``(loss,
 logits)``) is the caller's to unpack, with ``loss_fn`` or a wrapper module.
 
-``preflight``, the first-non-finite locator (``course.nonfinite``), ``update_report`` (through the
-step it runs), ``course.telemetry.record_model`` and the batch contract's model clause
+``preflight``, the first-non-finite locator (``course.toolkit.nonfinite``), ``update_report`` (through the
+step it runs), ``course.toolkit.telemetry.record_model`` and the batch contract's model clause
 (``check_batch(..., model=)``) all read model outputs through this function, and nowhere else.
 
 What it cannot do: check that the tensor it returns *is* the logits of every position. nanoGPT

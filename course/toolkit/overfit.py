@@ -28,8 +28,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .data import IGNORE, Batch
-from .pipeline import Pipeline, token_cross_entropy
+from ..reference.data import IGNORE, Batch
+from ..reference.pipeline import Pipeline, token_cross_entropy
 
 
 def tiny_batch(batch: Batch, n: int = 8) -> Batch:
@@ -102,7 +102,7 @@ def plain_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
 
 
 def pipeline_step(pipe: Pipeline) -> Callable:
-    """The step of ``course.train`` built from ``pipe``'s parts (zero_grad, loss, backward, clip,
+    """The step of ``course.reference.train`` built from ``pipe``'s parts (zero_grad, loss, backward, clip,
     ``pipe.update``), without the LR schedule, so a bug in any part travels with it."""
 
     def step(model, optimizer, batch, loss_fn):

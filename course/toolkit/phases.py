@@ -1,6 +1,6 @@
 """Phase clocks for the training loop, and the healthy parts of notebook 06 (throughput).
 
-The loop in ``course.train`` times every step in seven **phases**, in this order:
+The loop in ``course.reference.train`` times every step in seven **phases**, in this order:
 
     data  -> fwd  -> bwd  -> opt  -> log  -> ckpt  -> eval
 
@@ -21,7 +21,7 @@ cost model it adds the seconds to the current phase. Work that *is* done for rea
 same on every machine (evaluating windows) calls ``charge(seconds, modelled_only=True)``: the wall
 clock ignores it (the real work took real time), the cost model adds it.
 
-This module imports nothing else of ``course``, so ``course.pipeline`` can use its defaults.
+This module imports nothing else of ``course``, so ``course.reference.pipeline`` can use its defaults.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def log_nothing(run, step: int, loss) -> None:
 
 def no_checkpoint(run) -> None:
     """The reference ``checkpoint`` part: nothing is saved inside the step (save between runs, or
-    asynchronously from a copy: ``course.throughput.AsyncSaver``)."""
+    asynchronously from a copy: ``course.lessons.throughput.AsyncSaver``)."""
     return None
 
 

@@ -5,7 +5,7 @@
     report.ok, report.failed()
 
 The model may return logits, ``(logits, loss)`` (nanoGPT) or an object with ``.logits`` (Hugging
-Face): every output is read through ``course.outputs.logits_of``, so ``loss_fn`` always receives the
+Face): every output is read through ``course.toolkit.outputs.logits_of``, so ``loss_fn`` always receives the
 logits, and ``step_fn`` receives a ``loss_fn`` that accepts the model's raw output.
 
 ``step_fn(model, optimizer, batch, loss_fn) -> float`` is one step of *your* loop (default: zero_grad,
@@ -19,7 +19,7 @@ Checks, each with what a pass can and cannot prove (printed with the report):
   broadcast to (N, N), doubles).
 * ``finite grads``: loss and every gradient are finite after one backward.
 * ``update``: one step changes every trainable parameter, and the optimizer holds each one
-  (``course.checks.update_report``). Frozen tensors (``requires_grad=False``) are named in the
+  (``course.toolkit.checks.update_report``). Frozen tensors (``requires_grad=False``) are named in the
   measurement; with ``expect_frozen=`` (names, or a predicate on the name) a frozen tensor that is
   not expected, or an expected one that is trainable, fails the check.
 * ``grads reset``: two steps at learning rate 0 on the same batch give the same gradients (a
@@ -28,11 +28,11 @@ Checks, each with what a pass can and cannot prove (printed with the report):
   The torch RNG is seeded alike before each of the two steps, so dropout (on by default in Hugging
   Face models) draws the same masks in both.
 * ``overfit``: ``overfit_steps`` steps on the one batch bring the loss within ``overfit_margin`` of
-  the lowest loss the batch allows (``course.overfit.fit_floor``)...
+  the lowest loss the batch allows (``course.toolkit.overfit.fit_floor``)...
 * ``no-step control``: ...and the same run without ``optimizer.step()`` does not (else the overfit
   check proves nothing).
 * ``mask``: something is scored, padding is not, and ``mask_check(batch)`` (optional, e.g. a bound
-  ``course.sft.mask_gate``) does not raise.
+  ``course.lessons.sft.mask_gate``) does not raise.
 
 Nothing here changes the objects it is given: every check runs on deep copies of the model and the
 optimizer (copied together, so the copy of the optimizer holds the copy's parameters), and the
@@ -49,10 +49,10 @@ from typing import Callable
 import torch
 
 from .checks import update_report
-from .data import IGNORE, Batch
+from ..reference.data import IGNORE, Batch
 from .outputs import logits_of, on_logits
 from .overfit import fit_floor, overfit, pipeline_step, plain_step, without_step
-from .pipeline import Pipeline, token_cross_entropy
+from ..reference.pipeline import Pipeline, token_cross_entropy
 
 
 @dataclass
@@ -122,8 +122,8 @@ def preflight(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: B
 
 def preflight_pipeline(pipe: Pipeline, seed: int = 0, n_examples: int = 8, **kwargs) -> PreflightReport:
     """``preflight`` on a fresh model and optimizer of ``pipe``, the first ``n_examples`` rows of its
-    first batch, its loss, and a step made of its parts (``course.overfit.pipeline_step``)."""
-    from .train import batch_at
+    first batch, its loss, and a step made of its parts (``course.toolkit.overfit.pipeline_step``)."""
+    from ..reference.train import batch_at
 
     model = pipe.build_model(seed)
     optimizer = pipe.make_optimizer(model, pipe)

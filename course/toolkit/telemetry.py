@@ -1,6 +1,6 @@
 """Per-layer telemetry over the steps of a run, judged against each layer's own history.
 
-``record(pipe, steps)`` trains a fresh run of ``pipe`` with ``course.train`` and, at every step,
+``record(pipe, steps)`` trains a fresh run of ``pipe`` with ``course.reference.train`` and, at every step,
 records for each trainable parameter tensor (a "layer" here):
 
 * ``weight_mean``, ``weight_std``: of the values, after the update;
@@ -15,8 +15,8 @@ of a trailing window), and ``outliers`` lists the (step, layer) cells where that
 It can say "this layer changed behaviour at step s"; it cannot say whether the change is a bug.
 
 ``record_model(model, optimizer, batches, loss_fn)`` does the same on your own model: it trains it in
-place, one ``step_fn`` per batch (default: the textbook step of ``course.overfit.plain_step``), with
-the model's output read through ``course.outputs.logits_of`` (logits, ``(logits, loss)`` or
+place, one ``step_fn`` per batch (default: the textbook step of ``course.toolkit.overfit.plain_step``), with
+the model's output read through ``course.toolkit.outputs.logits_of`` (logits, ``(logits, loss)`` or
 ``.logits``). Tensors with ``requires_grad=False`` are not recorded; ``telemetry.frozen`` names them.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .outputs import on_logits
-from .pipeline import Pipeline
+from ..reference.pipeline import Pipeline
 
 STATS = ("weight_mean", "weight_std", "grad_finite", "grad_zero", "weight_norm", "grad_norm", "rel_update")
 
@@ -76,7 +76,7 @@ class Telemetry:
 
 def record(pipe: Pipeline, steps: int, seed: int = 0, progress: bool = False, run=None):
     """Train ``steps`` steps of ``pipe`` (or continue ``run``) with telemetry; returns ``(run, telemetry)``."""
-    from .train import start, train_steps
+    from ..reference.train import start, train_steps
 
     run = start(pipe, seed) if run is None else run
     named = [(n, p) for n, p in run.model.named_parameters() if p.requires_grad]
