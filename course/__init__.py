@@ -20,7 +20,8 @@
 * ``course.exercises.capstone``, ``course.exercises.identity``: the capstone's families and the draw keyed by a name (11).
 """
 
-from .reference.data import IGNORE, Batch, MarkovLanguage
+from .toolkit.batch import IGNORE, Batch
+from .reference.data import MarkovLanguage
 from .reference.model import ModelConfig, TinyGPT
 from .reference.pipeline import Pipeline
 from . import bugs  # noqa: E402,F401  (registers every bug family in the catalogue)

@@ -11,7 +11,7 @@ naming what the model returned.
 
 What you provide, and what the toolkit assumes of it:
 
-* ``batch``: a ``course.reference.data.Batch(inputs, targets, pad_id)`` of ``(B, T)`` int64 ids, where
+* ``batch``: a ``course.Batch(inputs, targets, pad_id)`` (``course.toolkit.batch``) of ``(B, T)`` int64 ids, where
   ``targets[b, t]`` is the token after ``inputs[b, :t+1]`` (already shifted: a Hugging Face model's
   ``labels`` convention, where the model shifts inside, is *not* this) and ``-100`` is not scored;
 * ``loss_fn(logits, batch)``: your loss, given the logits;
@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from course.toolkit.checks import check_batch, update_report
-from course.reference.data import Batch
+from course.toolkit.batch import Batch
 from course.toolkit.nonfinite import locate_step
 from course.toolkit.outputs import on_logits
 from course.toolkit.preflight import preflight

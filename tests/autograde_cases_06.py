@@ -110,7 +110,7 @@ _NAME_DELEGATES = """def name_cause(pipe):
 # ----- fix --------------------------------------------------------------------------------------------
 # Tries the batch stream first for a slow data phase, and names the references through their module.
 _FIX_ALT = """import course.toolkit.phases
-from course.reference.data import next_token_batch
+from course.toolkit.batch import next_token_batch
 
 def fix(pipe):
     cause = name_cause(pipe)

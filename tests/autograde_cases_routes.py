@@ -91,15 +91,16 @@ PRIVATE = {
     "02_nan_decision_tree": '''
 
 def detect(pipe):  # work-free: the locator's private helper
+    import course.reference.diagnose as diag
     import course.toolkit.nonfinite as nf
-    return nf._any_bad(nf.trace(pipe, HORIZON, 0))
+    return nf._any_bad(diag.trace(pipe, HORIZON, 0))
 ''',
     "03_overfit_controls": '''
 
 def detect(pipe):  # work-free: the pre-flight's private checks, on the pipeline's own pieces
     import course.toolkit.preflight as pf
     from course import Batch
-    from course.toolkit.overfit import pipeline_step
+    from course.reference.diagnose import pipeline_step
     from course.reference.train import batch_at
     model = pipe.build_model(0)
     opt = pipe.make_optimizer(model, pipe)

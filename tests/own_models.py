@@ -31,7 +31,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from course.toolkit.checks import BatchContractError, check_batch, update_report
-from course.reference.data import Batch
+from course.toolkit.batch import Batch
 from course.toolkit.nonfinite import locate_step
 from course.toolkit.outputs import on_logits
 from course.toolkit.overfit import plain_step

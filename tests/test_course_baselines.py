@@ -107,7 +107,8 @@ def test_chain_loss_is_the_chains_own_cross_entropy():
 def test_held_out_symptom_reads_a_finished_run_against_the_floors():
     from types import SimpleNamespace
     from course import Pipeline
-    from course.toolkit.baselines import BELOW_CHAIN_MARGIN, chain_loss, held_out_symptom
+    from course.reference.diagnose import BELOW_CHAIN_MARGIN, held_out_symptom
+    from course.toolkit.baselines import chain_loss
     pipe = Pipeline(n_symbols=6, seq_len=8, n_val=32)
     lang = pipe.language()
     exact = chain_loss(lang, pipe.windows("val"))
@@ -126,7 +127,8 @@ def test_held_out_symptom_reads_a_nearly_deterministic_language_against_the_unig
     a loss between floor and bigram cannot show unused context: only "does not learn" is reported."""
     from types import SimpleNamespace
     from course import Pipeline
-    from course.toolkit.baselines import MIN_GAP, chain_loss, held_out_symptom
+    from course.reference.diagnose import MIN_GAP, held_out_symptom
+    from course.toolkit.baselines import chain_loss
     real = Pipeline(n_symbols=6, seq_len=8, n_val=32)
     lang = real.language()
     floor = lang.loss_floor(real.seq_len)

@@ -14,7 +14,7 @@ import torch
 from course import IGNORE, Pipeline
 from course.bugs import inject
 from course.toolkit.checks import BatchContractError, check_batch, future_sensitivity, past_sensitivity, position_sensitivity, update_report
-from course.reference.data import Batch, next_token_batch, prompt_answer_batch
+from course.toolkit.batch import Batch, next_token_batch, prompt_answer_batch
 from course.reference.train import start, train_steps
 
 from small_pipeline import SMALL

@@ -13,7 +13,9 @@ import math
 import pytest
 import torch
 
-from course.reference.data import IGNORE, MarkovLanguage, entropy, next_token_batch, pad_sequences, prompt_answer_batch, pydoc_text, variable_length_windows
+from course.toolkit.batch import IGNORE, next_token_batch, pad_sequences, prompt_answer_batch
+from course.reference.data import MarkovLanguage, pydoc_text, variable_length_windows
+from course.toolkit.baselines import entropy
 
 LANG = MarkovLanguage()  # the default language every pipeline uses
 S = LANG.n_symbols
@@ -21,7 +23,7 @@ S = LANG.n_symbols
 
 # ----- helpers: independent computations --------------------------------------------------------
 def _h(p: torch.Tensor) -> float:
-    """Entropy in nats of a (flattened) distribution, by a plain Python sum (not ``course.reference.data.entropy``)."""
+    """Entropy in nats of a (flattened) distribution, by a plain Python sum (not ``course.toolkit.baselines.entropy``)."""
     return -sum(x * math.log(x) for x in p.double().flatten().tolist() if x > 0)
 
 

@@ -192,12 +192,14 @@ def test_check_fix_grades_the_fix_it_decided_apart(draws):
 
 def test_a_private_copy_answers_the_package_not_the_notebook():
     # nonfinite._bad is is_bad's code under another name, and trace (a tool the notebook allows)
-    # uses it: switched off with is_bad, trace still works, a direct call does not
+    # uses it: switched off with is_bad, trace still works, a direct call does not. locate lives in
+    # course.reference.diagnose and works through nonfinite._any_bad: its helper across modules
+    from course.reference import diagnose
     from course.toolkit import nonfinite
     pipe = mystery.make("healthy", 3, SMALL)
-    off = (nonfinite.is_bad, nonfinite.first_nonfinite, nonfinite.locate)  # as notebook 02 switches off
-    tool, direct = run_apart(lambda p: len(nonfinite.trace(p, 2, 0)) > 0, [pipe], lambda c, v: v, off=off) + \
-        run_apart(lambda p: nonfinite._any_bad(nonfinite.trace(p, 2, 0)), [pipe], lambda c, v: v, off=off)
+    off = (nonfinite.is_bad, nonfinite.first_nonfinite, diagnose.locate)  # as notebook 02 switches off
+    tool, direct = run_apart(lambda p: len(diagnose.trace(p, 2, 0)) > 0, [pipe], lambda c, v: v, off=off) + \
+        run_apart(lambda p: nonfinite._any_bad(diagnose.trace(p, 2, 0)), [pipe], lambda c, v: v, off=off)
     assert tool.get() is True
     with pytest.raises(SwitchedOff, match="_any_bad"):
         direct.get()
@@ -212,7 +214,7 @@ def test_a_fix_that_chooses_by_the_answer_where_it_can_fails(draws):
         try:
             fields = mystery._SECRETS[id(p)][1].touched
         except KeyError:
-            return p.replace(loss_fn=course.reference.pipeline.token_cross_entropy)
+            return p.replace(loss_fn=course.toolkit.batch.token_cross_entropy)
         return p.replace(**{f: getattr(Pipeline(), f) for f in fields})
     assert sneaky(draws["broken"]).optimizer_factory is course.reference.pipeline.adamw  # the kernel's answer
     with pytest.raises(AssertionError, match="left every broken part as it was"):

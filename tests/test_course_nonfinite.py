@@ -14,7 +14,8 @@ import torch.nn as nn
 from course import Pipeline
 from course.bugs import catalogue, get, inject
 from course.reference.model import ModelConfig, TinyGPT
-from course.toolkit.nonfinite import STAGES, TREE, WHEN, Event, Locator, advise, advice_text, first_nonfinite, is_bad, locate, output_text, quadratic_descent, trace, tree_widget, when_of
+from course.toolkit.nonfinite import STAGES, TREE, WHEN, Event, Locator, advise, advice_text, first_nonfinite, is_bad, output_text, quadratic_descent, tree_widget, when_of
+from course.reference.diagnose import locate, trace
 from course.reference.train import start, train_steps
 
 PIPE = Pipeline()

@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from course.bugs import inject
-from course.reference.data import Batch
-from course.toolkit.overfit import conflicting_labels, fit_floor, overfit_pipe, overfit_rule, rule_explorer, shuffled_labels, tiny_batch
-from course.toolkit.preflight import preflight, preflight_pipeline
+from course.toolkit.batch import Batch
+from course.toolkit.overfit import conflicting_labels, fit_floor, overfit_rule, shuffled_labels, tiny_batch
+from course.reference.diagnose import overfit_pipe, rule_explorer
+from course.toolkit.preflight import preflight
+from course.reference.diagnose import preflight_pipeline
 from course.reference.train import batch_at, start, train_steps
 
 from small_pipeline import SMALL

@@ -108,7 +108,7 @@ def test_rewind_and_skip_logs_what_it_left_out_and_changes_the_data_seen(spiked)
 from course.exercises import mystery  # noqa: E402
 from course.bugs import catalogue  # noqa: E402
 from course.bugs.spike import shard_start  # noqa: E402
-from course.reference.data import IGNORE  # noqa: E402
+from course.toolkit.batch import IGNORE  # noqa: E402
 from course.lessons.replay import MYSTERY_PIPE, Quarantine, spike_alerts, spike_symptom  # noqa: E402
 
 LATE_SPIKE = {"corrupted-shard": "batches", "garbled-shard": "batches", "lr-burst": "optimizer_factory",

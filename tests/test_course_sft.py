@@ -8,7 +8,7 @@ import torch
 
 from course.lessons.adapters import add_lora, base_snapshot, changed_base_tensors, linear_names
 from course.bugs import inject
-from course.reference.data import IGNORE, Batch
+from course.toolkit.batch import IGNORE, Batch
 from course.toolkit.overfit import overfit
 from course.lessons.sft import DEFAULT_TEMPLATE, MaskGateError, Template, collate_sft, examples_at, mask_gate, sft_pipeline
 from course.reference.train import batch_at

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from course.toolkit.telemetry import STATS, Telemetry, outliers, record, robust_z
+from course.toolkit.telemetry import STATS, Telemetry, outliers, robust_z
+from course.reference.diagnose import record
 
 from small_pipeline import SMALL
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..lessons.amp import probe_loss
+from ..reference.parts import probe_loss
 from ..reference.pipeline import Pipeline
 from .registry import bug
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from ..reference.data import IGNORE, Batch, next_token_batch
+from ..toolkit.batch import IGNORE, Batch, next_token_batch
 from ..reference.pipeline import Pipeline
 from .registry import bug
 

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..reference.data import IGNORE, Batch
+from ..toolkit.batch import IGNORE, Batch
 from ..reference.pipeline import Pipeline
 from .registry import bug
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..lessons.generate import _check_args, eos_masked_batch, sample_next
+from ..lessons.generate import eos_masked_batch
+from ..reference.parts import _check_args, sample_next
 from ..reference.pipeline import Pipeline
 from .registry import bug
 

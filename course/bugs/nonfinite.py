@@ -1,7 +1,7 @@
 """Bugs that make a loss, an activation or a gradient non-finite (notebook 02).
 
 Registered in the catalogue of ``course.bugs`` (family non-finite) when ``course`` is imported.
-Each one goes non-finite at a different stage of a training step, as ``course.toolkit.nonfinite.locate``
+Each one goes non-finite at a different stage of a training step, as ``course.reference.diagnose.locate``
 reports it on the reference pipeline (``tests/test_course_nonfinite.py`` checks every stage):
 
 ============================  =================  ==============================

@@ -21,7 +21,7 @@ is not loaded. ``scheduler-dropped``: the schedule starts again at step 0 (warm-
 
 from __future__ import annotations
 
-from ..reference.checkpoint import _restore
+from ..reference.parts import _restore
 from ..reference.pipeline import Pipeline
 from .registry import bug
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..reference.data import IGNORE
+from ..toolkit.batch import IGNORE
 from ..reference.pipeline import Pipeline
 from .registry import bug
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..reference.data import next_token_batch
+from ..toolkit.batch import next_token_batch
 from ..toolkit.phases import charge
 from .registry import bug
 

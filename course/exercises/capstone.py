@@ -46,7 +46,7 @@ from typing import Callable
 import torch
 
 from . import mystery
-from ..toolkit.checks import training_moves  # the no-updates family's check (notebook 00's)
+from ..reference.diagnose import training_moves  # the no-updates family's check (notebook 00's)
 from ..reference.model import ModelConfig
 from ..reference.pipeline import PARTS, Pipeline
 
@@ -111,14 +111,15 @@ def _show_curve(steps: int, title: str, ylim=None):
 def wrong_gradient_symptom(pipe: Pipeline, seed: int = 5) -> str | None:
     """Notebook 03's check of a fix: every check of ``course.toolkit.preflight`` on a fresh seed (loss at
     init, a mean loss, updates, gradients reset, the overfit and its no-step control)."""
-    from ..toolkit.preflight import preflight_pipeline
+    from ..reference.diagnose import preflight_pipeline
 
     report = preflight_pipeline(pipe, seed=seed, overfit_steps=40)
     return None if report.ok else f"on seed {seed} the pre-flight checks fail: {report.failed()}"
 
 
 def _show_overfit(pipe: Pipeline) -> None:
-    from ..toolkit.overfit import fit_floor, overfit_pipe, tiny_batch
+    from ..toolkit.overfit import fit_floor, tiny_batch
+    from ..reference.diagnose import overfit_pipe
     from ..reference.train import batch_at
 
     batch = tiny_batch(batch_at(pipe, 0, 0), 8)
@@ -309,9 +310,9 @@ def _show_evaluation(pipe: Pipeline) -> None:
 
 # ----- data / batch (notebook 01) ------------------------------------------------------------------
 def batch_symptom(pipe: Pipeline, seed: int = 31) -> str | None:
-    """Notebook 01's check (``course.toolkit.baselines.held_out_symptom``): trained on ``seed``, the held-out
+    """Notebook 01's check (``course.reference.diagnose.held_out_symptom``): trained on ``seed``, the held-out
     loss is neither below the exact chain's loss on the same windows nor stalled above the floor."""
-    from ..toolkit.baselines import held_out_symptom
+    from ..reference.diagnose import held_out_symptom
 
     return held_out_symptom(pipe, seed=seed)
 
@@ -537,14 +538,14 @@ SWITCHED_OFF = (answer_family, family_of, reference_fix, summary_row, draw_for, 
 
 def _package_checks() -> tuple:
     from ..toolkit import baselines, checks, nonfinite, preflight
-    from ..reference import checkpoint
+    from ..reference import checkpoint, diagnose
     from ..lessons import generate, harness, replay, throughput, valgap
     from ..toolkit.alerts import AlertPolicy
 
     return tuple(f.symptom for f in FAMILIES.values()) + (
-        baselines.held_out_symptom, checks.check_batch, checks.update_report, checks.position_sensitivity,
-        checks.past_sensitivity, checks.future_sensitivity, nonfinite.locate, nonfinite.first_nonfinite,
-        preflight.preflight, preflight.preflight_pipeline, replay.spike_symptom, replay.spike_alerts,
+        diagnose.held_out_symptom, checks.check_batch, checks.update_report, checks.position_sensitivity,
+        checks.past_sensitivity, checks.future_sensitivity, diagnose.locate, nonfinite.first_nonfinite,
+        preflight.preflight, diagnose.preflight_pipeline, replay.spike_symptom, replay.spike_alerts,
         AlertPolicy.observe, valgap.problems, valgap.eval_path_check, throughput.problems, throughput.regressions,
         throughput.slow_phase, checkpoint.resume_check, generate.consistency_problems, generate.generator_problems,
         harness.problems)

@@ -30,29 +30,9 @@ import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
+from ..toolkit.guards import SwitchedOff, _function, _raiser, captured_warnings, switched_off  # noqa: F401
+
 REJECTIONS: tuple[type[BaseException], ...] = (ValueError, AssertionError)
-
-
-class SwitchedOff(RuntimeError):
-    """Raised by a package function while it is switched off for grading."""
-
-
-@contextmanager
-def captured_warnings():
-    """Run the block with every warning recorded, then print each one to stdout.
-
-    A broken pipeline rightly makes torch warn (a scheduler stepped without an optimizer step, a
-    tensor copied with ``torch.tensor``); on stderr that warning would cost the learner the cell.
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
-    seen = set()
-    for w in caught:
-        line = f"{w.category.__name__}: {w.message}"
-        if line not in seen:
-            seen.add(line)
-            print(f"[warning, not counted against you] {line}")
 
 
 # The old name: notebooks written before ``captured_warnings`` call it ``quiet``.
@@ -80,48 +60,6 @@ def fires(check: Callable, *args, rejects: tuple[type[BaseException], ...] = REJ
         raise AssertionError(f"your check crashed with {type(err).__name__}: {err}. "
                              f"A rejection must raise {accepted}; fix the crash first") from None
     return False
-
-
-def _raiser(fn: types.FunctionType) -> types.CodeType:
-    """A code object that raises ``SwitchedOff`` and has exactly ``fn``'s free variables, so it can
-    replace ``fn.__code__`` (Python requires the closure to match). It runs with ``fn``'s globals,
-    so the exception class is placed there under a private name."""
-    names = fn.__code__.co_freevars
-    message = f"{fn.__module__}.{fn.__qualname__} is switched off while your answer is graded: write it yourself"
-    src = "def _outer():\n"
-    src += "".join(f"    {n} = None\n" for n in names)
-    src += "    def _switched_off(*args, **kwargs):\n"
-    if names:
-        src += f"        ({', '.join(names)},)\n"
-    src += f"        raise _course_grading_SwitchedOff({message!r})\n"
-    src += "    return _switched_off\n"
-    scope: dict = {}
-    exec(src, scope)
-    fn.__globals__["_course_grading_SwitchedOff"] = SwitchedOff
-    return scope["_outer"]().__code__
-
-
-def _function(obj) -> types.FunctionType:
-    fn = getattr(obj, "__func__", obj)
-    if not isinstance(fn, types.FunctionType):
-        raise TypeError(f"can only switch off Python functions, not {obj!r}")
-    return fn
-
-
-@contextmanager
-def switched_off(*functions: Callable):
-    """Inside the block, each of ``functions`` (module functions or methods of a class) raises
-    ``SwitchedOff`` when called, however it is reached: through its module, its class, or a
-    reference saved earlier. Restored on exit, also after an error."""
-    fns = [_function(f) for f in functions]
-    saved = [(fn, fn.__code__) for fn in fns]
-    try:
-        for fn in fns:
-            fn.__code__ = _raiser(fn)
-        yield
-    finally:
-        for fn, code in saved:
-            fn.__code__ = code
 
 
 def assert_detector(detect: Callable[[object], bool], healthy: dict[str, object], broken: dict[str, object],

@@ -87,12 +87,12 @@ DENIED_PREFIXES = ("ctypes.", "cffi.")
 # Attribute reads that CPython audits, each of which hands out a frame or a frame's code.
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame",
                               "ag_code", "f_code"})
-_COURSE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the course package
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in
                               (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)} |
                              {os.path.dirname(os.__file__) + os.sep}))
 # Frames whose variables hold a mystery part's function or a bug's settings.
-_SEALED_FILES = (os.path.join(_COURSE_DIR, "mystery.py"), os.path.join(_COURSE_DIR, "bugs") + os.sep)
+_SEALED_FILES = (os.path.join(_COURSE_DIR, "exercises", "mystery.py"), os.path.join(_COURSE_DIR, "bugs") + os.sep)
 
 
 class Sealed(PermissionError):
@@ -352,15 +352,17 @@ def _names_in(fn) -> set[str]:
 
 # Modules whose private functions are the pipeline's own working parts (stored in parts, called by
 # the loop): never looked into for a check's helpers.
-MACHINERY = ("course.exercises.mystery", "course.reference.pipeline", "course.reference.train", "course.reference.data", "course.reference.model",
-             "course.bugs", "course.exercises.isolation", "course.exercises.grading")
+MACHINERY = ("course.exercises.mystery", "course.reference.pipeline", "course.reference.train",
+             "course.reference.data", "course.reference.model", "course.toolkit.batch", "course.bugs",
+             "course.exercises.isolation", "course.exercises.grading", "course.toolkit.guards")
 
 
 def private_helpers(functions: Iterable[Callable]) -> list[_FunctionType]:
     """The private functions (a ``_`` name) that do the work of ``functions``: those they call,
-    directly or through each other, defined in the same module (read from their code's names), and
-    private copies of them (a function of the module with the same code object), outside the
-    pipeline's own machinery (``MACHINERY``)."""
+    directly or through each other, defined in the same module or imported from another module of
+    ``course`` (read from their code's names: ``course.reference.diagnose.locate`` works through
+    ``course.toolkit.nonfinite._any_bad``), and private copies of them (a function of the module
+    with the same code object), outside the pipeline's own machinery (``MACHINERY``)."""
     found: dict[int, _FunctionType] = {}
     todo = [getattr(f, "__func__", f) for f in functions]
     codes = {id(f.__code__) for f in todo if _isinstance(f, _FunctionType)}
@@ -379,7 +381,8 @@ def private_helpers(functions: Iterable[Callable]) -> list[_FunctionType]:
             target = fn.__globals__.get(name)
             target = getattr(target, "__func__", target)
             if (_isinstance(target, _FunctionType) and target.__name__.startswith("_")
-                    and not target.__name__.startswith("__") and target.__module__ == fn.__module__
+                    and not target.__name__.startswith("__")
+                    and (target.__module__ == fn.__module__ or str(target.__module__).startswith("course."))
                     and not str(target.__module__).startswith(MACHINERY) and id(target) not in found):
                 todo.append(target)
     return [f for f in found.values() if id(f) not in {id(getattr(g, "__func__", g)) for g in functions}]
@@ -389,7 +392,7 @@ def _library_only(original: _FunctionType, name: str):
     """A suspended generator that calls ``original`` for the package's own code only: the caller
     of the trampoline that sends to it must be a file of ``course``. The only reference to
     ``original`` is a local of this frame (``course.exercises.mystery._holder`` explains why that holds)."""
-    from .grading import SwitchedOff
+    from ..toolkit.guards import SwitchedOff
 
     request = yield
     while True:
@@ -436,7 +439,7 @@ def _switch_off_for_good(functions: Sequence[Callable]) -> None:
     """In a graded call's process: ``functions`` raise ``SwitchedOff`` for everyone; their private
     helpers and copies (``private_helpers``) answer only the package's own code (a check that an
     allowed tool uses keeps working for the tool, not for the notebook)."""
-    from .grading import _function, _raiser
+    from ..toolkit.guards import _function, _raiser
 
     fns = [_function(f) for f in functions]
     for fn in private_helpers(fns):
@@ -454,7 +457,7 @@ def _switch_off_for_good(functions: Sequence[Callable]) -> None:
 
 # ----- results as plain data ------------------------------------------------------------------------
 def _describe_error(err: BaseException, rejects: tuple) -> dict:
-    from .grading import SwitchedOff
+    from ..toolkit.guards import SwitchedOff
 
     kind = "unfinished" if _isinstance(err, NotImplementedError) else \
         "switched-off" if _isinstance(err, SwitchedOff) else \
@@ -483,7 +486,7 @@ def _notebook_frames(err: BaseException) -> str:
 
 
 def _raise_error(info: dict) -> None:
-    from .grading import SwitchedOff
+    from ..toolkit.guards import SwitchedOff
 
     message = info["message"]
     kind = info["error"]
@@ -631,7 +634,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
 
 
 def _work(fn, shuffled, encode, rejects, results, state) -> None:
-    from .grading import captured_warnings
+    from ..toolkit.guards import captured_warnings
 
     for slot, case in shuffled:
         with captured_warnings():

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..reference.parts import keep_float, monitor_no_grad, probe_loss  # noqa: F401  (the pipeline's keep_loss and monitor parts)
+
 SKIP_LINE = "needs a CUDA GPU: skipped"
 
 
@@ -234,22 +236,6 @@ class SavedTensors:
 
 
 # ----- the parts of notebook 10 and the loop that calls them ----------------------------------------
-def keep_float(loss: torch.Tensor):
-    """The reference ``keep_loss``: a Python float, so the history holds no graph."""
-    return loss.item()
-
-
-def probe_loss(model: torch.nn.Module, batch, loss_fn) -> torch.Tensor:
-    """The loss of ``model`` on ``batch`` as the pipeline scores it (no autocast, grad mode as is)."""
-    return loss_fn(model(batch.inputs), batch)
-
-
-def monitor_no_grad(model: torch.nn.Module, batch, loss_fn) -> float:
-    """The reference ``monitor``: the probe batch's loss, without building a graph, as a float."""
-    with torch.no_grad():
-        return float(probe_loss(model, batch, loss_fn))
-
-
 @dataclass
 class MemoryRun:
     losses: list = field(default_factory=list)  # each step's training loss, float

@@ -39,73 +39,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..reference.data import IGNORE, Batch, MarkovLanguage, next_token_batch
+from ..reference.parts import _check_args, generate, sample_next  # noqa: F401  (the pipeline's generate part)
+from ..reference.data import MarkovLanguage
+from ..toolkit.batch import IGNORE, Batch, next_token_batch
 
 CACHE_TOLERANCE = 1e-4  # max |cached - recomputed| logit accepted: float32 rounding is ~1e-6 here
 
 
 # ----- sampling and generation --------------------------------------------------------------------
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                greedy: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One next token per row of ``logits`` (B, V): the argmax when ``greedy``, else a draw from
-    ``softmax(logits / temperature)`` restricted to the ``top_k`` largest logits."""
-    if greedy:
-        return logits.argmax(-1)
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0 (use greedy=True for the argmax)")
-    scaled = logits.float() / temperature
-    if top_k is not None and top_k < scaled.shape[-1]:
-        kth = scaled.topk(top_k, dim=-1).values[:, -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = F.softmax(scaled, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def _check_args(model, prompt: torch.Tensor, max_new_tokens: int) -> None:
-    if prompt.dim() != 2 or prompt.dtype != torch.long or prompt.shape[1] < 1:
-        raise ValueError("prompt must be a (B, P) long tensor with P >= 1")
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
-    n_ctx = model.cfg.n_ctx
-    if prompt.shape[1] + max_new_tokens > n_ctx:
-        raise ValueError(f"prompt ({prompt.shape[1]}) + max_new_tokens ({max_new_tokens}) exceeds n_ctx={n_ctx}")
-
-
-@torch.no_grad()
-def generate(model, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             greedy: bool = False, seed: int = 0, eos_id: int | None = None, return_logits: bool = False):
-    """Continue ``prompt`` (B, P) by up to ``max_new_tokens`` tokens on the KV cache.
-
-    Returns the tokens (B, P + n), n <= max_new_tokens (and, with ``return_logits``, the logits each
-    new token was chosen from, (B, n, V)). Once a row has emitted ``eos_id`` its later tokens are
-    ``eos_id`` too; generation stops when every row has. Seeded by ``seed`` through a private
-    generator. The model runs in eval mode and is put back in the mode it was in.
-    """
-    _check_args(model, prompt, max_new_tokens)
-    was_training = model.training
-    model.eval()
-    gen = torch.Generator().manual_seed(seed)
-    caches = model.new_cache()
-    logits = model(prompt, caches, start=0)[:, -1]  # prefill: the last position predicts the next token
-    pos = prompt.shape[1]  # the absolute position of the next token fed back
-    tokens, used = [prompt], []
-    done = torch.zeros(prompt.shape[0], dtype=torch.bool)
-    for i in range(max_new_tokens):
-        used.append(logits)
-        nxt = sample_next(logits, temperature, top_k, greedy, gen)
-        if eos_id is not None:
-            nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-            done = done | (nxt == eos_id)
-        tokens.append(nxt.unsqueeze(1))
-        if i == max_new_tokens - 1 or bool(done.all()):
-            break
-        logits = model(nxt.unsqueeze(1), caches, start=pos)[:, -1]
-        pos += 1
-    model.train(was_training)
-    out = torch.cat(tokens, dim=1)
-    return (out, torch.stack(used, dim=1)) if return_logits else out
-
-
 def _staggered_eos(new: torch.Tensor) -> tuple[int | None, torch.Tensor | None]:
     """A token that the greedy continuations ``new`` (B, n) reach at different steps (or not at
     all) in different rows, and those continuations as a correct generator returns them with it as
@@ -407,7 +348,7 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
     checked on the trained model, with a token that some rows' greedy continuations reach before
     others' (a finished row must be held at EOS while the rest go on), when the prompts give such a
     token (they do for a few dozen rows of a small language; without one the check is skipped)."""
-    from ..exercises.grading import switched_off
+    from ..toolkit.guards import switched_off
 
     problems = []
     P, n = prompts.shape[1], 12

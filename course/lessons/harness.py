@@ -55,11 +55,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..reference.data import entropy
+from ..reference.parts import (WORDS, choice_length, pick_fewshot, plain_template, render,  # noqa: F401
+                               score_continuations, truncate_left, with_delimiter)  # the pipeline's harness stages
+from ..toolkit.baselines import entropy
 from ..reference.model import ModelConfig, TinyGPT
 
-WORDS = ("o", "ka", "ti", "mun", "sel", "rup", "vex", "dorn", "lish", "wamp", "quel", "bres",
-         "glint", "fyord", "hazzy", "crump")
 # The tokenizer's vocabulary, as a BPE tokenizer would have it: each word twice, with its leading space
 # folded in (" ka", how a word inside a line is written) and without ("ka", only at the start of a
 # line), the newline, two template words, and every printable ASCII character as a fallback.
@@ -141,11 +141,6 @@ def language() -> WordChain:
     if "lang" not in _LANG:
         _LANG["lang"] = WordChain(len(WORDS), LANGUAGE_SEED)
     return _LANG["lang"]
-
-
-def render(symbols) -> str:
-    """Symbols of the language as text: words joined by one space."""
-    return " ".join(WORDS[int(s)] for s in symbols)
 
 
 def corpus(n_docs: int = 4000, seed: int = 1) -> str:
@@ -317,54 +312,6 @@ def chain_scores(task: Task) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ----- the healthy parts (course.reference.pipeline's defaults) ---------------------------------------------------
-def plain_template(question) -> str:
-    """The question as the training documents write it: words joined by one space."""
-    return render(question)
-
-
-def with_delimiter(choice: str, target_delimiter: str) -> str:
-    """The continuation that is scored: the target delimiter, then the choice."""
-    return target_delimiter + choice
-
-
-def pick_fewshot(pool_size: int, index: int, k: int, seed: int) -> list[int]:
-    """``k`` distinct examples of the few-shot pool for item ``index``, seeded by (seed, index)."""
-    k = max(0, min(int(k), pool_size))
-    return random.Random(f"fewshot|{seed}|{index}").sample(range(pool_size), k)
-
-
-def truncate_left(context: list[int], continuation: list[int], n_ctx: int) -> list[int]:
-    """The context's tokens cut from the left so that context + continuation, minus the last token
-    (what the model reads), fit ``n_ctx`` positions: the oldest few-shot examples go first."""
-    keep = n_ctx + 1 - len(continuation)
-    if keep <= 0:
-        raise ValueError(f"a continuation of {len(continuation)} tokens does not fit n_ctx={n_ctx}")
-    return list(context)[-keep:]
-
-
-@torch.no_grad()
-def score_continuations(model, contexts: list[list[int]], continuations: list[list[int]]) -> list[float]:
-    """For each pair of token lists, the sum of the log-probabilities of the continuation's tokens
-    given the context and the continuation's earlier tokens. One batched forward (right-padded)."""
-    seqs = [list(c) + list(x) for c, x in zip(contexts, continuations)]
-    L = max(len(s) for s in seqs) - 1
-    inputs = torch.zeros(len(seqs), L, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        inputs[i, :len(s) - 1] = torch.tensor(s[:-1])
-    logp = F.log_softmax(model(inputs).double(), dim=-1)
-    out = []
-    for i, (s, x) in enumerate(zip(seqs, continuations)):
-        n, m = len(s), len(x)
-        pos = torch.arange(n - m - 1, n - 1)
-        out.append(float(logp[i, pos, torch.tensor(s[n - m:])].sum()))
-    return out
-
-
-def choice_length(choice: str, context: list[int], continuation: list[int]) -> float:
-    """What ``acc_norm`` divides by: the choice's number of characters, without the delimiter."""
-    return float(len(choice))
-
-
 # ----- running the harness --------------------------------------------------------------------------------
 @dataclass
 class Result:

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 COMPONENTS = ("code", "config", "data", "environment")
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent  # the course package (this file is course/lessons/manifest.py)
 
 
 def _sha(data: bytes) -> str:

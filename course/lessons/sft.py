@@ -8,7 +8,7 @@ An example is a ``(prompt, answer)`` pair of 1-D token tensors. A ``Template`` w
 supervise the answer tokens and the EOS that ends them, and nothing else: not the user marker, not
 the prompt, not the assistant marker (the "answer prefix"), not padding.
 
-* ``collate_sft`` builds the batch (the reference; it reuses ``course.reference.data.prompt_answer_batch``).
+* ``collate_sft`` builds the batch (the reference; it reuses ``course.toolkit.batch.prompt_answer_batch``).
 * ``mask_gate`` checks a batch from *any* collator against the examples it was made from, and raises
   ``MaskGateError`` naming the first clause it breaks. It can prove that exactly the answer and EOS
   tokens are supervised with the right ids; it cannot prove the answers are good answers.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..reference.data import IGNORE, Batch, prompt_answer_batch
+from ..toolkit.batch import IGNORE, Batch, prompt_answer_batch
 from ..reference.pipeline import Pipeline
 
 Example = tuple[torch.Tensor, torch.Tensor]

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..reference.data import next_token_batch
+from ..toolkit.batch import next_token_batch
 from ..toolkit.phases import PHASES, CostModel, eval_on_schedule, log_nothing, no_checkpoint
 from ..reference.pipeline import Pipeline
 

@@ -43,8 +43,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..reference.data import Batch, MarkovLanguage
-from ..reference.pipeline import Pipeline, _language, _windows, set_eval_mode, token_cross_entropy
+from ..toolkit.batch import Batch
+from ..reference.data import MarkovLanguage
+from ..reference.pipeline import Pipeline, _language, _windows, set_eval_mode
+from ..toolkit.batch import token_cross_entropy
 from ..reference.train import Run, batch_at, evaluate, start, train, train_steps
 
 
@@ -342,7 +344,7 @@ def chain_loss(lang: MarkovLanguage, windows: torch.Tensor, per_window: bool = F
 @torch.no_grad()
 def window_losses(model: torch.nn.Module, windows: torch.Tensor, pad_id: int) -> torch.Tensor:
     """The model's mean loss on each window (n,), in eval mode, every target scored."""
-    from ..reference.data import next_token_batch
+    from ..toolkit.batch import next_token_batch
 
     was_training = model.training
     model.eval()

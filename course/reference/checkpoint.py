@@ -39,57 +39,12 @@ from pathlib import Path
 
 import torch
 
+from .parts import restore_state  # noqa: F401  (the reference restore part: defined with the pipeline's parts)
+
 TIMING_PREFIX = "t_"  # history keys that are wall times: never compared
 
 
 # ----- restoring a run ----------------------------------------------------------------------------
-def _restore(run, ckpt: dict, *, optimizer: bool = True, scheduler: bool = True, rng: bool = True,
-             cursor: bool = True, config: bool = True, schedule_config: bool = True) -> None:
-    """The reference restore with switches: each one off is a way real resume code goes wrong (the
-    catalogue's ``resume`` bugs). ``config`` off keeps the checkpoint's hyperparameters (a plain
-    ``load_state_dict``); ``schedule_config`` off sets the current rate from the config but leaves the
-    scheduler's base rates stale."""
-    run.model.load_state_dict(ckpt["model"])
-    opt, sched = run.optimizer, run.scheduler
-    configured = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in opt.param_groups]
-    configured_lr = [g["initial_lr"] for g in opt.param_groups]
-    if optimizer:
-        opt.load_state_dict(ckpt["optimizer"])
-    if scheduler:
-        sched.load_state_dict(ckpt["scheduler"])
-    if config:
-        for g, conf in zip(opt.param_groups, configured):
-            g.update(conf)
-        if schedule_config:
-            sched.base_lrs = list(configured_lr)
-        lrs = [base * fn(sched.last_epoch) for fn, base in zip(sched.lr_lambdas, configured_lr)]
-        for g, lr in zip(opt.param_groups, lrs):
-            g["lr"] = lr
-        sched._last_lr = list(lrs)
-    if rng:
-        torch.set_rng_state(ckpt["torch_rng"])
-    run.step = ckpt["step"]
-    run.data_offset = ckpt.get("data_offset", 0)
-    if not cursor:  # the data stream starts again at its first batch
-        run.data_offset -= ckpt["step"]
-    run.history = ckpt["history"]
-    run.val = ckpt["val"]
-
-
-def restore_state(run, ckpt: dict) -> None:
-    """The reference ``restore`` part: put the saved state of ``ckpt`` into the freshly started ``run``
-    and keep the configuration of ``run.pipe``.
-
-    Restored from the checkpoint: weights, optimizer state (moments, step counts), the scheduler's
-    position (``last_epoch``), the torch RNG, the step and data cursor, the history. Taken from the
-    pipeline (as ``course.reference.train.start`` built them): every param-group hyperparameter (``initial_lr``,
-    weight decay, betas, ...) and the scheduler's ``base_lrs``; the current ``lr`` is recomputed from
-    them at the saved position, ``base_lr * lr_lambda(last_epoch)``, the expression the scheduler
-    itself uses, so an unchanged configuration resumes bit for bit.
-    """
-    _restore(run, ckpt)
-
-
 # ----- comparing runs -----------------------------------------------------------------------------
 def logged_keys(history: dict) -> list[str]:
     """The keys of a run's history that are compared (everything but wall times)."""

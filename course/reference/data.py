@@ -21,24 +21,19 @@ position has the same marginal ``pi`` and the numbers above are exact (computed 
 linear algebra, not by sampling).
 
 ``pydoc_text()`` returns a small real English text that ships with Python (no download).
+
+The batches these windows become (``Batch``, ``next_token_batch``, ``IGNORE``) are the toolkit's:
+``course.toolkit.batch``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-IGNORE = -100  # F.cross_entropy's default ignore_index: a target with this value is not scored
-
-
-def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Shannon entropy in nats along ``dim``, with 0 log 0 = 0."""
-    p = p.double()
-    logp = torch.where(p > 0, p, torch.ones_like(p)).log()
-    return -(p * logp).sum(dim)
-
+from ..toolkit.baselines import entropy
+from ..toolkit.batch import IGNORE, pad_sequences
 
 class MarkovLanguage:
     """A seeded second-order Markov chain over ``n_symbols`` tokens.
@@ -159,63 +154,13 @@ class MarkovLanguage:
         return out
 
 
-# ----- batches ------------------------------------------------------------------------------------
-@dataclass
-class Batch:
-    """What one training step consumes.
-
-    ``inputs`` and ``targets`` are (B, T) long tensors; ``targets[b, t]`` is the token that should
-    follow ``inputs[b, :t+1]``, or ``IGNORE`` where nothing is scored. ``pad_id`` is the padding token.
-    """
-
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    pad_id: int
-
-    @property
-    def scored(self) -> torch.Tensor:
-        """Boolean (B, T): which targets the loss counts."""
-        return self.targets != IGNORE
-
-
-def next_token_batch(windows: torch.Tensor, pad_id: int) -> Batch:
-    """The reference collation: windows (B, T+1) become inputs ``w[:, :-1]`` and targets ``w[:, 1:]``.
-
-    A target is ignored where it is padding, so a padded window never scores the padding.
-    """
-    inputs = windows[:, :-1].clone()
-    targets = windows[:, 1:].clone()
-    targets[targets == pad_id] = IGNORE
-    return Batch(inputs, targets, pad_id)
-
-
-def pad_sequences(seqs: list[torch.Tensor], pad_id: int, eos_id: int | None = None) -> torch.Tensor:
-    """Right-pad 1-D token tensors to one (B, L) tensor, appending ``eos_id`` to each first if given."""
-    if eos_id is not None:
-        seqs = [torch.cat([s, torch.tensor([eos_id])]) for s in seqs]
-    L = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = s
-    return out
-
-
+# ----- variable-length windows -------------------------------------------------------------------
 def variable_length_windows(lang: MarkovLanguage, n: int, max_len: int, min_len: int, seed: int) -> torch.Tensor:
     """``n`` sequences with lengths drawn uniformly from [min_len, max_len], right-padded to max_len."""
     g = torch.Generator().manual_seed(seed)
     full = lang.sample(n, max_len, g)
     lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
     return pad_sequences([full[i, : lengths[i]] for i in range(n)], lang.PAD)
-
-
-def prompt_answer_batch(prompts: list[torch.Tensor], answers: list[torch.Tensor], pad_id: int, eos_id: int) -> Batch:
-    """Supervised fine-tuning collation: score the answer and its EOS, never the prompt or padding."""
-    seqs = [torch.cat([p, a]) for p, a in zip(prompts, answers)]
-    windows = pad_sequences(seqs, pad_id, eos_id)
-    batch = next_token_batch(windows, pad_id)
-    for i, p in enumerate(prompts):
-        batch.targets[i, : max(len(p) - 1, 0)] = IGNORE  # targets that are still prompt tokens
-    return batch
 
 
 def pydoc_text(max_chars: int | None = None) -> str:

@@ -14,20 +14,15 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from .data import Batch, MarkovLanguage, next_token_batch, variable_length_windows
-from .model import ModelConfig, TinyGPT
-from ..lessons import harness as harness_parts  # notebook 09: the harness's healthy stages
-from ..lessons import amp as amp_parts  # notebook 10: what the loop keeps, the monitor
-from .checkpoint import restore_state
-from ..lessons.generate import generate as generate_tokens
+from ..toolkit.batch import Batch, next_token_batch, token_cross_entropy
 from ..toolkit.phases import eval_on_schedule, log_nothing, no_checkpoint
-
-
-def token_cross_entropy(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Mean cross-entropy over the scored targets (``IGNORE`` targets do not count)."""
-    return F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
+from .data import MarkovLanguage, variable_length_windows
+from .model import ModelConfig, TinyGPT
+# the healthy defaults of the parts that notebooks 07-10 add (written below the pipeline: parts.py)
+from .parts import (choice_length, keep_float, monitor_no_grad, pick_fewshot, plain_template, restore_state,
+                    score_continuations, truncate_left, with_delimiter)
+from .parts import generate as generate_tokens
 
 
 def adamw(params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -119,16 +114,16 @@ class Pipeline:
     # the parts of notebook 09 (evaluation harness)
     # the harness's stages (course.lessons.harness.run): the question as text, the scored continuation, the
     # few-shot examples chosen, the context truncation, the option score and acc_norm's length
-    eval_template: Callable = part(harness_parts.plain_template)
-    eval_continuation: Callable[[str, str], str] = part(harness_parts.with_delimiter)
-    eval_fewshot: Callable[[int, int, int, int], list] = part(harness_parts.pick_fewshot)
-    eval_truncate: Callable = part(harness_parts.truncate_left)
-    eval_score: Callable = part(harness_parts.score_continuations)
-    eval_norm_length: Callable = part(harness_parts.choice_length)
+    eval_template: Callable = part(plain_template)
+    eval_continuation: Callable[[str, str], str] = part(with_delimiter)
+    eval_fewshot: Callable[[int, int, int, int], list] = part(pick_fewshot)
+    eval_truncate: Callable = part(truncate_left)
+    eval_score: Callable = part(score_continuations)
+    eval_norm_length: Callable = part(choice_length)
     # the parts of notebook 10 (AMP and memory), called by course.lessons.amp.run: what the loop keeps of each
     # step's loss (loss) -> value, and the probe-batch monitor (model, batch, loss_fn) -> value
-    keep_loss: Callable = part(amp_parts.keep_float)
-    monitor: Callable = part(amp_parts.monitor_no_grad)
+    keep_loss: Callable = part(keep_float)
+    monitor: Callable = part(monitor_no_grad)
     bugs: tuple[str, ...] = field(default=())  # names of the bugs injected, for the record
 
     def replace(self, **changes) -> "Pipeline":

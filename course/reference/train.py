@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
-from .data import Batch
+from ..toolkit.batch import Batch
 from ..toolkit.phases import PHASES, CostModel, WallClock, active, charge
 from .pipeline import Pipeline, warmup_then_linear
 

@@ -8,9 +8,11 @@ randomly initialised head is not exactly there, and a model can reach ln(V) for 
 actually scores (``IGNORE`` excluded): the best loss any model can reach without looking at its input.
 
 ``chain_loss(lang, windows)`` is the generating chain's own loss on a given set of windows: what a
-perfect model scores on *those* windows. ``held_out_symptom(pipe)`` trains briefly and reads the
-held-out loss against it and against the window floor (notebook 01's detector for "falls too well"
-and "stalls above the floor").
+perfect model scores on *those* windows. ``course.reference.diagnose.held_out_symptom(pipe)``
+trains briefly and reads the held-out loss against it and against the window floor (notebook 01's
+detector for "falls too well" and "stalls above the floor").
+
+``entropy(p)`` is the Shannon entropy in nats of a distribution (0 log 0 = 0).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import math
 
 import torch
 
-from ..reference.data import IGNORE, entropy
+from .batch import IGNORE
+
+
+def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy in nats along ``dim``, with 0 log 0 = 0."""
+    p = p.double()
+    logp = torch.where(p > 0, p, torch.ones_like(p)).log()
+    return -(p * logp).sum(dim)
 
 
 def uniform_loss(vocab_size: int) -> float:
@@ -71,48 +80,3 @@ def chain_loss(lang, windows: torch.Tensor) -> float:
     return torch.cat([t.flatten() for t in nll]).mean().item()
 
 
-# How a briefly trained run is read against the known floors (``held_out_symptom``). Measured on the
-# notebook-01 mystery base (8 symbols, 16 targets a window, 200 steps at batch 32) over 7 languages:
-# a healthy run closes all but 4-18% of the gap from the bigram entropy down to the window floor,
-# a run with the positions or the context cut off keeps 52-65% of it; a healthy run ends 0.07-0.14
-# nats above the exact chain's loss on its validation windows, a run that sees its targets 0.6+ below.
-BELOW_CHAIN_MARGIN = 0.05  # nats below the exact chain's loss on the same windows: leakage
-STALL_FRACTION = 0.35  # share of the gap bigram entropy -> window floor still open: context unused
-MIN_GAP = 0.3  # below this gap (a nearly deterministic language) the stall is read against the unigram entropy
-
-
-def held_out_symptom(pipe, seed: int = 0, run=None) -> str | None:
-    """Train ``pipe`` for ``pipe.steps`` on ``seed`` (or read the finished ``run``) and compare its
-    held-out loss with the known floors of its language. Returns the problem seen, or ``None``.
-
-    * below the exact chain's loss on the same validation windows by more than
-      ``BELOW_CHAIN_MARGIN``: the model sees what it predicts (no honest model beats the chain that
-      generated the data, on any set of windows);
-    * more than ``STALL_FRACTION`` of the gap from the bigram entropy down to the window floor still
-      open: the run does not use the context (or does not learn at all). On a language whose bigram
-      entropy is within ``MIN_GAP`` of its floor, seeing one token back is nearly enough, so context
-      use cannot be told apart there: the gap is then taken from the unigram entropy, and only "does
-      not learn" is caught.
-
-    Needs full windows (``min_len=None``): the exact chain's loss is defined on language tokens only.
-    """
-    import math
-
-    from ..reference.train import train
-
-    if run is None:
-        run = train(pipe, seed=seed, eval_every=0)
-    lang = pipe.language()
-    val = run.final_val_loss
-    exact = chain_loss(lang, pipe.windows("val"))
-    floor, bigram = lang.loss_floor(pipe.seq_len), lang.bigram_entropy
-    top, top_name = (bigram, "bigram") if bigram - floor >= MIN_GAP else (lang.unigram_entropy, "unigram")
-    if not math.isfinite(val):
-        return f"the held-out loss is {val}"
-    if val < exact - BELOW_CHAIN_MARGIN:
-        return (f"held-out loss {val:.3f} is below the exact chain's loss {exact:.3f} on the same windows: "
-                "the model sees what it predicts")
-    if val > floor + STALL_FRACTION * (top - floor):
-        return (f"held-out loss {val:.3f} stalls far above the window floor {floor:.3f} "
-                f"({top_name} entropy {top:.3f}): the context is not used, or nothing is learned")
-    return None

@@ -7,8 +7,10 @@
 * ``position_sensitivity`` / ``past_sensitivity`` / ``future_sensitivity``: move or perturb the input
   and see which logits change, to tell "positions unused", "context masked off" and "future visible"
   apart.
-* ``training_moves``: the one check here that trains (a few dozen steps): the loss falls and every
-  parameter tensor moves. It is how notebook 00 and the capstone grade a fix of "no updates".
+
+``course.reference.diagnose.training_moves(pipe)`` is their counterpart that trains a course
+``Pipeline`` (a few dozen steps: the loss falls and every parameter tensor moves); it is how notebook
+00 and the capstone grade a fix of "no updates".
 
 Each check says what it can prove. A passing batch check proves the batch is well formed, not that
 the labels mean anything; a passing update report proves parameters move, not that they move well.
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..reference.data import IGNORE, Batch
+from .batch import IGNORE, Batch
 from .outputs import logits_of
 
 
@@ -276,26 +278,3 @@ def future_sensitivity(model, vocab: int, seq_len: int = 8, seed: int = 0) -> fl
     return _logit_change(model, ids, changed)[:-1].max().item()
 
 
-def training_moves(pipe, seed: int = 11, steps: int = 40, window: int = 10) -> str | None:
-    """``None`` if ``pipe`` trains: run ``steps`` steps from ``seed`` (no evaluation); the mean loss of
-    the last ``window`` steps must be at least 0.05 below that of the first ``window`` (a non-finite
-    loss fails), and every parameter tensor must move by more than 1e-4. Otherwise the reason.
-
-    It proves the pipeline updates and the loss falls on this seed, not that it learns the right
-    thing. Warnings raised while training (a scheduler stepped without an optimizer step) are
-    printed to stdout, not raised."""
-    from ..exercises.grading import captured_warnings
-    from ..reference.train import start, train_steps
-
-    run = start(pipe, seed)
-    first = {n: p.detach().clone() for n, p in run.model.named_parameters()}
-    with captured_warnings():
-        train_steps(run, steps, eval_every=0)
-    losses = run.history["loss"]
-    drop = sum(losses[:window]) / window - sum(losses[-window:]) / window
-    still = [n for n, p in run.model.named_parameters() if (p.detach() - first[n]).abs().max().item() <= 1e-4]
-    if not drop >= 0.05:
-        return f"trained for {steps} steps, the loss did not fall (drop {drop:+.3f})"
-    if still:
-        return f"trained for {steps} steps, these tensors did not move: {', '.join(still)}"
-    return None

@@ -15,9 +15,10 @@ later tensor into NaN. ``Locator`` records the tensors of one step in the order 
    So the optimizer state and parameters of step ``s`` are recorded *after* that step's update:
    ``when_of(step, stage)`` names the phase a finding belongs to (the decision tree's first choice).
 
-``first_nonfinite(events)`` returns the first bad one; ``trace(pipe)`` and ``locate(pipe)`` run the
-course's training loop step by step with a ``Locator`` attached; ``locate_step(model, optimizer,
-batch, loss_fn)`` runs textbook steps of your own model (on copies) with one attached.
+``first_nonfinite(events)`` returns the first bad one; ``locate_step(model, optimizer, batch,
+loss_fn)`` runs textbook steps of your own model (on copies) with one attached;
+``course.reference.diagnose.trace(pipe)`` and ``locate(pipe)`` run the course's training loop step
+by step with one attached.
 
 The model may return logits, ``(logits, loss)`` (nanoGPT) or an output object with ``.logits``
 (Hugging Face): the ``logits`` stage is read through ``course.toolkit.outputs.logits_of``, which raises
@@ -245,55 +246,6 @@ class Locator:
             self.record("params", name, p, copy=True)
 
 
-def trace(pipe, steps: int = 20, seed: int = 0) -> list[Event]:
-    """Run the course's training loop on ``pipe`` (as ``course.reference.train.train_steps`` does: batch,
-    forward, loss, zero_grad, backward, clip, update, scheduler) with a ``Locator`` attached, and
-    return the events of the first step where a tensor went bad, or of the last step if none did.
-
-    If the forward pass raises after a bad input was recorded (an id out of range makes
-    ``nn.Embedding`` raise), the events so far are returned; any other error propagates.
-    """
-    from ..reference.train import batch_at, start  # here, not at the top: course.reference.train imports tqdm
-
-    run = start(pipe, seed)
-    model, opt = run.model, run.optimizer
-    params = list(model.parameters())
-    model.train()
-    with warnings.catch_warnings(), Locator(model, opt) as loc:
-        warnings.simplefilter("ignore")  # broken pipelines make torch warn; the events say it all
-        for s in range(steps):
-            loc.new_step(s)
-            batch = batch_at(pipe, seed, s)
-            try:
-                logits = model(batch.inputs)
-            except Exception:
-                if any(_bad(e) for e in loc.events):
-                    return loc.events
-                raise
-            loss = pipe.loss_fn(logits, batch)
-            loc.record_loss(loss)
-            opt.zero_grad(set_to_none=True)
-            if loss.requires_grad:
-                loss.backward()
-            loc.record_grads()
-            if pipe.clip is not None and any(p.grad is not None for p in params):
-                torch.nn.utils.clip_grad_norm_(params, pipe.clip)
-            pipe.update(opt)
-            run.scheduler.step()
-            loc.record_optimizer()
-            loc.record_params()
-            if _any_bad(loc.events):
-                break
-    return loc.events
-
-
-def locate(pipe, steps: int = 20, seed: int = 0) -> Finding | None:
-    """The first non-finite tensor of a training run of ``pipe``, within ``steps`` steps, or None."""
-    events = trace(pipe, steps, seed)
-    bad = next((e for e in events if _bad(e)), None) if _any_bad(events) else None
-    return None if bad is None else Finding(bad.step, bad.stage, bad.name)
-
-
 def locate_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch, loss_fn, steps: int = 1,
                 labels: dict[str, str] | None = None) -> Finding | None:
     """The first non-finite tensor of ``steps`` textbook training steps of *your* model on ``batch``
@@ -363,7 +315,7 @@ def _impossible(when: str, stage: str) -> str | None:
 class Advice:
     hypotheses: tuple[str, ...]
     test: str
-    examples: tuple[str, ...] = ()  # catalogue bugs that end here (where course.toolkit.nonfinite.locate puts them)
+    examples: tuple[str, ...] = ()  # catalogue bugs that end here (where course.reference.diagnose.locate puts them)
 
 
 _BEFORE = "No update has run yet, so the learning rate cannot be the cause."

@@ -28,8 +28,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..reference.data import IGNORE, Batch
-from ..reference.pipeline import Pipeline, token_cross_entropy
+from .batch import IGNORE, Batch, token_cross_entropy
 
 
 def tiny_batch(batch: Batch, n: int = 8) -> Batch:
@@ -101,23 +100,6 @@ def plain_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
     return loss.item()
 
 
-def pipeline_step(pipe: Pipeline) -> Callable:
-    """The step of ``course.reference.train`` built from ``pipe``'s parts (zero_grad, loss, backward, clip,
-    ``pipe.update``), without the LR schedule, so a bug in any part travels with it."""
-
-    def step(model, optimizer, batch, loss_fn):
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(batch.inputs), batch)
-        if loss.requires_grad:
-            loss.backward()
-        if pipe.clip is not None:
-            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], pipe.clip)
-        pipe.update(optimizer)
-        return loss.item()
-
-    return step
-
-
 def without_step(step_fn: Callable) -> Callable:
     """``step_fn`` with ``optimizer.step()`` turned into a no-op: the negative control of an overfit."""
 
@@ -147,17 +129,6 @@ def overfit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     with torch.no_grad():
         losses.append(loss_fn(model(batch.inputs), batch).item())
     return losses
-
-
-def overfit_pipe(pipe: Pipeline, batch: Batch, steps: int, seed: int = 0, loss_fn: Callable | None = None,
-                 control: bool = False) -> list[float]:
-    """``overfit`` a fresh model of ``pipe`` with ``pipe``'s own optimizer, loss and update, at the
-    constant learning rate ``pipe.lr``. ``control=True`` runs the no-step negative control."""
-    model = pipe.build_model(seed)
-    optimizer = pipe.make_optimizer(model, pipe)
-    step_fn = pipeline_step(pipe)
-    return overfit(model, optimizer, batch, steps, loss_fn or pipe.loss_fn,
-                   without_step(step_fn) if control else step_fn)
 
 
 @dataclass
@@ -190,42 +161,3 @@ def overfit_rule(losses: list[float], threshold: float = 0.05, steps: int = 35) 
                       below[0] if below else None, threshold, steps)
 
 
-def rule_explorer(pipe: Pipeline, batch: Batch, lrs=(1e-4, 1e-3, 3e-3, 1e-2, 3e-2), max_examples: int = 16,
-                  runs: dict | None = None):
-    """A widget to try the "loss < threshold within N steps" rule on the first rows and tokens of
-    ``batch``: sliders for the learning rate, the step budget, the number of examples and tokens, and
-    the threshold. Each change reruns one short overfit (cached) and rewrites the ``out`` area with the
-    verdict and the lowest loss the batch allows. ``box.controls`` holds the sliders by name.
-    ``runs`` seeds the cache with loss histories already trained, keyed ``(lr, steps, examples,
-    tokens)``: each must be ``overfit_pipe(pipe.replace(lr=lr), <those rows and tokens>, steps)``."""
-    import ipywidgets as w
-
-    controls = {
-        "lr": w.SelectionSlider(options=[(f"{x:g}", x) for x in lrs], value=pipe.lr if pipe.lr in lrs else lrs[len(lrs) // 2], description="LR"),
-        "steps": w.IntSlider(value=35, min=5, max=100, step=5, description="steps"),
-        "examples": w.IntSlider(value=8, min=1, max=min(max_examples, batch.inputs.shape[0]), description="examples"),
-        "tokens": w.IntSlider(value=batch.inputs.shape[1], min=4, max=batch.inputs.shape[1], step=4, description="tokens"),
-        "threshold": w.FloatLogSlider(value=0.05, base=10, min=-3, max=0, step=0.25, description="threshold"),
-    }
-    out = w.Output()
-    cache: dict = dict(runs or {})
-
-    def render(*_):
-        v = {k: c.value for k, c in controls.items()}
-        b = Batch(batch.inputs[: v["examples"], : v["tokens"]], batch.targets[: v["examples"], : v["tokens"]], batch.pad_id)
-        key = (v["lr"], v["steps"], v["examples"], v["tokens"])
-        if key not in cache:
-            cache[key] = overfit_pipe(pipe.replace(lr=v["lr"]), b, v["steps"])
-        result = overfit_rule(cache[key], v["threshold"], v["steps"])
-        text = (f"{v['examples']} examples x {v['tokens']} tokens, LR {v['lr']:g}, {v['steps']} steps\n"
-                f"{result}\nlowest loss any model can reach on these examples: {fit_floor(b):.4f}\n")
-        out.outputs = ({"output_type": "stream", "name": "stdout", "text": text},)
-        box.result = result
-
-    box = w.VBox([w.HBox([controls["lr"], controls["steps"]]),
-                  w.HBox([controls["examples"], controls["tokens"], controls["threshold"]]), out])
-    box.controls, box.out = controls, out
-    for c in controls.values():
-        c.observe(render, names="value")
-    render()
-    return box

@@ -10,7 +10,7 @@ logits, and ``step_fn`` receives a ``loss_fn`` that accepts the model's raw outp
 
 ``step_fn(model, optimizer, batch, loss_fn) -> float`` is one step of *your* loop (default: zero_grad,
 forward, loss, backward, step); pass your own so the checks exercise the code you will run.
-``preflight_pipeline(pipe)`` does the same for a ``course`` pipeline.
+``course.reference.diagnose.preflight_pipeline(pipe)`` does the same for a course ``Pipeline``.
 
 Checks, each with what a pass can and cannot prove (printed with the report):
 
@@ -49,10 +49,9 @@ from typing import Callable
 import torch
 
 from .checks import update_report
-from ..reference.data import IGNORE, Batch
+from .batch import IGNORE, Batch, token_cross_entropy
 from .outputs import logits_of, on_logits
-from .overfit import fit_floor, overfit, pipeline_step, plain_step, without_step
-from ..reference.pipeline import Pipeline, token_cross_entropy
+from .overfit import fit_floor, overfit, plain_step, without_step
 
 
 @dataclass
@@ -118,18 +117,6 @@ def preflight(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: B
             *_overfit(model, optimizer, batch, loss_fn, step_fn, overfit_steps, overfit_margin),
             _mask(batch, mask_check),
         ])
-
-
-def preflight_pipeline(pipe: Pipeline, seed: int = 0, n_examples: int = 8, **kwargs) -> PreflightReport:
-    """``preflight`` on a fresh model and optimizer of ``pipe``, the first ``n_examples`` rows of its
-    first batch, its loss, and a step made of its parts (``course.toolkit.overfit.pipeline_step``)."""
-    from ..reference.train import batch_at
-
-    model = pipe.build_model(seed)
-    optimizer = pipe.make_optimizer(model, pipe)
-    full = batch_at(pipe, seed, 0)
-    batch = Batch(full.inputs[:n_examples], full.targets[:n_examples], full.pad_id)
-    return preflight(model, optimizer, batch, pipe.loss_fn, pipeline_step(pipe), **kwargs)
 
 
 def _loss_at_init(model, optimizer, batch, loss_fn, tol) -> Check:

@@ -1,7 +1,6 @@
 """Per-layer telemetry over the steps of a run, judged against each layer's own history.
 
-``record(pipe, steps)`` trains a fresh run of ``pipe`` with ``course.reference.train`` and, at every step,
-records for each trainable parameter tensor (a "layer" here):
+``Telemetry`` records, at every step, for each trainable parameter tensor (a "layer" here):
 
 * ``weight_mean``, ``weight_std``: of the values, after the update;
 * ``grad_finite``, ``grad_zero``: fractions of gradient entries that are finite / exactly zero;
@@ -14,10 +13,12 @@ compares each value with the same layer's recent past instead (median and median
 of a trailing window), and ``outliers`` lists the (step, layer) cells where that score is large.
 It can say "this layer changed behaviour at step s"; it cannot say whether the change is a bug.
 
-``record_model(model, optimizer, batches, loss_fn)`` does the same on your own model: it trains it in
+``record_model(model, optimizer, batches, loss_fn)`` records a run of your own model: it trains it in
 place, one ``step_fn`` per batch (default: the textbook step of ``course.toolkit.overfit.plain_step``), with
 the model's output read through ``course.toolkit.outputs.logits_of`` (logits, ``(logits, loss)`` or
 ``.logits``). Tensors with ``requires_grad=False`` are not recorded; ``telemetry.frozen`` names them.
+
+``course.reference.diagnose.record(pipe, steps)`` does it over a run of a course ``Pipeline``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from dataclasses import dataclass, field
 import torch
 
 from .outputs import on_logits
-from ..reference.pipeline import Pipeline
 
 STATS = ("weight_mean", "weight_std", "grad_finite", "grad_zero", "weight_norm", "grad_norm", "rel_update")
 
@@ -72,22 +72,6 @@ class Telemetry:
             self.observe(params, before)
 
         return recording_update
-
-
-def record(pipe: Pipeline, steps: int, seed: int = 0, progress: bool = False, run=None):
-    """Train ``steps`` steps of ``pipe`` (or continue ``run``) with telemetry; returns ``(run, telemetry)``."""
-    from ..reference.train import start, train_steps
-
-    run = start(pipe, seed) if run is None else run
-    named = [(n, p) for n, p in run.model.named_parameters() if p.requires_grad]
-    tel = Telemetry([n for n, _ in named], frozen=[n for n, p in run.model.named_parameters() if not p.requires_grad])
-    original = run.pipe
-    run.pipe = original.replace(update=tel.wrap(original.update, [p for _, p in named]))
-    try:
-        train_steps(run, steps, eval_every=0, progress=progress)
-    finally:
-        run.pipe = original
-    return run, tel
 
 
 def record_model(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches, loss_fn, step_fn=None) -> Telemetry:
