@@ -12,7 +12,7 @@ _COLLATE_TESTS = {"test_collate_sft_visible", "test_collate_sft_pipelines"}
 _DETECT_TESTS = {"test_mystery_detect_visible", "test_mystery_detect_hidden"}
 
 # A collator that masks the prompt but forgets the answer prefix (the assistant markers are supervised).
-_COLLATE_PREFIX_SCORED = """from course.reference.data import Batch
+_COLLATE_PREFIX_SCORED = """from course.toolkit.batch import Batch
 
 
 def collate_sft(examples, template, pad_id, eos_id):
@@ -71,7 +71,7 @@ DETECT_OVERFIT_ONLY = '''def detect(pipe):
 DETECT_ALWAYS = '''def detect(pipe):
     return True
 '''
-DETECT_PREFLIGHT = '''from course.toolkit.preflight import preflight_pipeline as _pf
+DETECT_PREFLIGHT = '''from course.reference.diagnose import preflight_pipeline as _pf
 
 
 def detect(pipe):
@@ -130,7 +130,7 @@ CAUSE_GRAD_FIRST = '''def name_cause(pipe):
         return "missing-step"
     return "healthy"
 '''
-CAUSE_REVEAL = '''from course import mystery as _m
+CAUSE_REVEAL = '''from course.exercises import mystery as _m
 
 
 def name_cause(pipe):
@@ -176,7 +176,7 @@ FIX_FRESH = '''def fix(pipe):
 FIX_NOTHING = '''def fix(pipe):
     return pipe
 '''
-COLLATE_TENSOR_COPY = '''from course.reference.data import Batch
+COLLATE_TENSOR_COPY = '''from course.toolkit.batch import Batch
 
 
 def collate_sft(examples, template, pad_id, eos_id):
@@ -196,7 +196,7 @@ def collate_sft(examples, template, pad_id, eos_id):
         targets[i, (pos < c - 1) | (pos >= len(s) - 1)] = IGNORE
     return Batch(inputs, targets, pad_id)
 '''
-COLLATE_DELEGATES = '''from course.reference.data import Batch
+COLLATE_DELEGATES = '''from course.toolkit.batch import Batch
 from course.lessons.sft import collate_sft as _pkg_collate
 
 

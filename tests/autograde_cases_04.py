@@ -173,7 +173,7 @@ _NAME_CONSTANT = """def name_cause(pipe):
     return "data"
 """
 
-_NAME_REVEAL = """from course import mystery
+_NAME_REVEAL = """from course.exercises import mystery
 
 
 def name_cause(pipe):

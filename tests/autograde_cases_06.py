@@ -125,7 +125,7 @@ def fix(pipe):
 
 # Realistic wrong: a slow data phase "fixed" by replacing both data parts without testing which one
 # is broken (changes a part that was not broken).
-_FIX_BOTH_DATA_PARTS = """from course.reference.data import next_token_batch
+_FIX_BOTH_DATA_PARTS = """from course.toolkit.batch import next_token_batch
 from course.toolkit.phases import eval_on_schedule, log_nothing, no_checkpoint
 
 def fix(pipe):

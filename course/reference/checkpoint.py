@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from .parts import restore_state  # noqa: F401  (the reference restore part: defined with the pipeline's parts)
+from .parts import _restore, restore_state  # noqa: F401  (the reference restore part, defined with the pipeline's parts)
 
 TIMING_PREFIX = "t_"  # history keys that are wall times: never compared
 
