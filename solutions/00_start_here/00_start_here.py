@@ -32,7 +32,7 @@
 # code on cases you have not seen (other seeds, other bugs). A detector is graded like a test suite:
 # it must stay quiet on healthy pipelines *and* fire on broken ones, so answering always "bug" (or
 # never) scores nothing. While your code is graded, the package functions that would do the exercise
-# for you (here `course.checks.update_report` and `course.checks.training_moves`, their private
+# for you (here `course.toolkit.checks.update_report` and `course.reference.diagnose.training_moves`, their private
 # helpers, and the functions that draw and reveal mysteries) are switched off: call them and the test
 # fails. Each graded call of your function runs in a copy of the kernel from which the mystery's
 # answer and the test's expected values have been removed: test the pipeline you are given. (To
@@ -54,9 +54,9 @@ torch.set_num_threads(1)
 
 from course import Pipeline
 from course.bugs import inject
-from course.train import train
-from course.plots import loss_plot
-from course.record import reveal
+from course.reference.train import train
+from course.toolkit.plots import loss_plot
+from course.exercises.record import reveal
 
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 
@@ -137,7 +137,7 @@ def loss_is_stuck(losses, window=20, min_drop=0.05):
 # thresholds.
 
 # %% nbgrader={"grade": true, "grade_id": "test_loss_is_stuck", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course.grading import assert_detector, captured_warnings
+from course.exercises.grading import assert_detector, captured_warnings
 
 assert_detector(loss_is_stuck, healthy={"reference": healthy.history["loss"]},
                 broken={"colleague": colleague.history["loss"]}, what="stuck-loss detector")
@@ -147,8 +147,8 @@ with captured_warnings():
         "a loss that falls by 1.0 (more than min_drop) is not stuck: check the direction of the drop"
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
-from course.mystery import make as _make
-from course.train import train as _train
+from course.exercises.mystery import make as _make
+from course.reference.train import train as _train
 
 _tiny = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                   n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
@@ -187,8 +187,8 @@ with captured_warnings():
 # package's `update_report` does that and names the most specific cause it can.
 
 # %% tags=["demo"]
-from course.checks import update_report
-from course.train import start, train_steps
+from course.toolkit.checks import update_report
+from course.reference.train import start, train_steps
 
 def one_step_report(pipeline, seed=0):
     run = start(pipeline, seed)
@@ -247,7 +247,7 @@ plt.show()
 # a second.
 #
 # The parts a no-updates bug can live in, with the reference part that a fix puts back
-# (all in `course.pipeline`):
+# (all in `course.reference.pipeline`):
 #
 # | part | what it does | reference |
 # |---|---|---|
@@ -260,7 +260,7 @@ plt.show()
 
 # %%
 from course import ModelConfig
-from course.mystery import draw
+from course.exercises.mystery import draw
 
 SMALL = Pipeline(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                  n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
@@ -281,13 +281,13 @@ plt.show()
 
 # %% [markdown]
 # A flat loss. You know two hypotheses already; within "no updates" there are four parts to suspect.
-# Here is one training step of any pipeline, built from its own parts exactly as `course.train` runs
+# Here is one training step of any pipeline, built from its own parts exactly as `course.reference.train` runs
 # it (without the learning-rate schedule), returning the model, the optimizer and a copy of every
 # parameter before and after the step. Use it, or write your own.
 
 # %%
 from types import SimpleNamespace
-from course.train import batch_at
+from course.reference.train import batch_at
 
 ANSWERS = ("healthy", "prepare", "make_optimizer", "optimizer_factory", "update")  # what name_cause may return
 
@@ -358,16 +358,17 @@ def detect(pipe):
 # %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
 # cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
-from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
-from course.checks import update_report as _update_report
-from course.grading import assert_detector, assert_names, captured_warnings, switched_off
-from course.train import start as _start, train_steps as _train_steps
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.exercises.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.reference.train import start as _start, train_steps as _train_steps
 
 _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+from course.reference.diagnose import training_moves as _training_moves  # the fix's check: no delegating to it
 _off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 assert_detector(detect,
                 healthy={f"healthy draw {i}": _mystery.make("healthy", 100 + i, _SMALL) for i in range(2)},
@@ -418,16 +419,17 @@ def name_cause(pipe):
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
 # cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
-from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
-from course.checks import update_report as _update_report
-from course.grading import assert_detector, assert_names, captured_warnings, switched_off
-from course.train import start as _start, train_steps as _train_steps
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.exercises.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.reference.train import start as _start, train_steps as _train_steps
 
 _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+from course.reference.diagnose import training_moves as _training_moves  # the fix's check: no delegating to it
 _off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 _visible = {f"draw {i}": _mystery.make(b, 120 + i, _SMALL) for i, b in enumerate(["healthy"] + _NO_UPDATES)}
 _expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _visible.items()}
@@ -443,7 +445,7 @@ assert_names(name_cause, {k: (p, _hidden_expected[k]) for k, p in _hidden.items(
 # ### 2c: the fix (2 points)
 #
 # Write `fix(pipe) -> Pipeline`: return `pipe` with its broken part replaced by the reference part
-# from the table (`pipe.replace(update=course.pipeline.apply_update)`, for example), and every other
+# from the table (`pipe.replace(update=course.reference.pipeline.apply_update)`, for example), and every other
 # part and setting left as it is. A healthy pipe comes back unchanged. You may use your `name_cause`.
 #
 # It is graded by behaviour on fresh draws of every no-updates bug: the fixed pipeline may differ from
@@ -451,7 +453,7 @@ assert_names(name_cause, {k: (p, _hidden_expected[k]) for k, p in _hidden.items(
 # and every parameter tensor must move. It is never compared with a stored number.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
-from course.pipeline import prepare_model, build_optimizer, adamw, apply_update
+from course.reference.pipeline import prepare_model, build_optimizer, adamw, apply_update
 
 def fix(pipe):
     ### BEGIN SOLUTION
@@ -466,19 +468,20 @@ def fix(pipe):
 # %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
 # cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
-from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
-from course.checks import update_report as _update_report
-from course.grading import assert_detector, assert_names, captured_warnings, switched_off
-from course.train import start as _start, train_steps as _train_steps
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.exercises.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.reference.train import start as _start, train_steps as _train_steps
 
 _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+from course.reference.diagnose import training_moves as _training_moves  # the fix's check: no delegating to it
 _off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
-from course.checks import training_moves as _symptom  # the reference check, independent of your code
-from course.mystery import check_fix
+from course.reference.diagnose import training_moves as _symptom  # the reference check, independent of your code
+from course.exercises.mystery import check_fix
 
 check_fix(fix, [_mystery.make(b, 130 + i, _SMALL) for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])],
           _symptom, what="fix", off=(_update_report, _symptom))
@@ -518,7 +521,7 @@ plt.show()
 # test that is the one they are about (it shares a word with them). Your own words are fine.
 
 # %% nbgrader={"grade": false, "grade_id": "diagnosis_record", "locked": false, "schema_version": 3, "solution": true}
-from course.record import Diagnosis
+from course.exercises.record import Diagnosis
 
 def diagnosis_record(pipe):
     ### BEGIN SOLUTION
@@ -538,23 +541,24 @@ def diagnosis_record(pipe):
 # %% nbgrader={"grade": true, "grade_id": "test_diagnosis_record", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # The grader's own copies of the recipe, the bug list and the functions it switches off: an answer
 # cell that rebinds SMALL, NO_UPDATES or update_report changes nothing here.
-from course import ModelConfig as _MC, Pipeline as _Pipeline, mystery as _mystery
-from course.checks import update_report as _update_report
-from course.grading import assert_detector, assert_names, captured_warnings, switched_off
-from course.train import start as _start, train_steps as _train_steps
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.exercises.grading import assert_detector, assert_names, captured_warnings, switched_off
+from course.reference.train import start as _start, train_steps as _train_steps
 
 _SMALL = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                    n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-optimizer",
                "requires-grad-off", "lr-zero", "clip-to-zero"]
-from course.checks import training_moves as _training_moves  # the fix's check: no delegating to it
+from course.reference.diagnose import training_moves as _training_moves  # the fix's check: no delegating to it
 _off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
-from course.grading import graded_calls
-from course.record import as_data as _as_data, from_data as _from_data
+from course.exercises.grading import graded_calls
+from course.exercises.record import as_data as _as_data, from_data as _from_data
 
 _ANSWERS = ("healthy", "prepare", "make_optimizer", "optimizer_factory", "update")
 record = _from_data(graded_calls(diagnosis_record, [mystery], _as_data, off=_off)[0])
-assert record is not None, "diagnosis_record must return a course.record.Diagnosis"
+assert record is not None, "diagnosis_record must return a course.exercises.record.Diagnosis"
 assert record.problems() == [], f"the record is not yet a falsifiable investigation: {record.problems()}"
 assert record.result in _ANSWERS, f"result must be one of {_ANSWERS}, not {record.result!r}"
 ### BEGIN HIDDEN TESTS

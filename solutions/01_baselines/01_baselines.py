@@ -42,8 +42,8 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 
 # %%
 from course import Pipeline, IGNORE
-from course.record import reveal
-from course.train import train, batch_at
+from course.exercises.record import reveal
+from course.reference.train import train, batch_at
 
 pipe = Pipeline()
 lang = pipe.language()
@@ -74,7 +74,7 @@ print(f"window floor, {pipe.seq_len} targets   = {lang.loss_floor(pipe.seq_len):
 # with `float()`). `ln(V)` is accepted within 1e-6 relative. The entropy may be computed in float32
 # or float64: the tests accept it within 1e-5 relative (a float32 probability `counts / counts.sum()`
 # carries about 1e-7 relative error, so a tighter tolerance would reject correct answers). The
-# package's own `course.baselines` functions are switched off while your answers are graded.
+# package's own `course.toolkit.baselines` functions are switched off while your answers are graded.
 
 # %% nbgrader={"grade": false, "grade_id": "baselines", "locked": false, "schema_version": 3, "solution": true}
 def uniform_loss(V):
@@ -93,30 +93,30 @@ def masked_unigram_entropy(targets):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_uniform_loss", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-import course.baselines
-from course.grading import captured_warnings, switched_off
+import course.toolkit.baselines
+from course.exercises.grading import captured_warnings, switched_off
 
-with captured_warnings(), switched_off(course.baselines.uniform_loss):
+with captured_warnings(), switched_off(course.toolkit.baselines.uniform_loss):
     _got = float(uniform_loss(lang.vocab_size))
 assert math.isclose(_got, lang.uniform_loss, rel_tol=1e-6), \
     f"uniform_loss({lang.vocab_size}) = {_got}: ln(V) is the natural log of the vocabulary size"
 ### BEGIN HIDDEN TESTS
-with captured_warnings(), switched_off(course.baselines.uniform_loss):
+with captured_warnings(), switched_off(course.toolkit.baselines.uniform_loss):
     _got = {_V: float(uniform_loss(_V)) for _V in (2, 7, 50257)}
 for _V, _g in _got.items():
     assert math.isclose(_g, math.log(_V), rel_tol=1e-6), f"uniform_loss({_V}) is wrong: the natural log of V"
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_masked_unigram_entropy", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.baselines
-from course.grading import captured_warnings, switched_off
+import course.toolkit.baselines
+from course.exercises.grading import captured_warnings, switched_off
 
 def _close(a, b):
     return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-7)
 
 _two = torch.tensor([[0, 1, IGNORE, IGNORE]])
-_counting_ignored = course.baselines.unigram_entropy(_two % 1000)  # what counting IGNORE as a class gives
-with captured_warnings(), switched_off(course.baselines.unigram_entropy):
+_counting_ignored = course.toolkit.baselines.unigram_entropy(_two % 1000)  # what counting IGNORE as a class gives
+with captured_warnings(), switched_off(course.toolkit.baselines.unigram_entropy):
     _got = float(masked_unigram_entropy(_two))
     _nothing = float(masked_unigram_entropy(torch.full((2, 3), IGNORE)))
 assert not _close(_got, _counting_ignored), \
@@ -130,10 +130,10 @@ _cases = []
 for _trial in range(5):
     _t = torch.randint(0, 9, (4, 13), generator=_g)
     _t[torch.rand(4, 13, generator=_g) < 0.4] = IGNORE
-    _cases.append((f"random batch {_trial} (40% ignored)", _t, course.baselines.unigram_entropy(_t)))
+    _cases.append((f"random batch {_trial} (40% ignored)", _t, course.toolkit.baselines.unigram_entropy(_t)))
 _padded_t = batch_at(pipe.replace(min_len=8), seed=3, step=0).targets
-_cases.append(("a padded batch of the course's language", _padded_t, course.baselines.unigram_entropy(_padded_t)))
-with captured_warnings(), switched_off(course.baselines.unigram_entropy):
+_cases.append(("a padded batch of the course's language", _padded_t, course.toolkit.baselines.unigram_entropy(_padded_t)))
+with captured_warnings(), switched_off(course.toolkit.baselines.unigram_entropy):
     _wrong = [_label for _label, _t, _want in _cases if not _close(float(masked_unigram_entropy(_t)), _want)]
 assert not _wrong, f"wrong entropy (beyond 1e-5 relative) on: {', '.join(_wrong)}; check the mask and the counting"
 ### END HIDDEN TESTS
@@ -161,7 +161,7 @@ print(f"unigram entropy, padding included: {naive:.4f}")
 prediction = None  # your guess: "above" / "at" / "below", and by how many nats
 
 # %%
-from course.baselines import loss_at_init
+from course.toolkit.baselines import loss_at_init
 
 val = batch_at(pipe, seed=99, step=0)
 
@@ -233,7 +233,7 @@ print(f"small language: V = {small_lang.vocab_size}, ln(V) {small_lang.uniform_l
 prediction = None  # your guess: "ln(V)" / "unigram" / "window floor"
 
 # %% tags=["demo"]
-from course.data import Batch, next_token_batch
+from course.toolkit.batch import Batch, next_token_batch
 
 def uniform_random_targets(windows, pad_id, vocab_size=small_lang.vocab_size):
     batch = next_token_batch(windows, pad_id)
@@ -347,7 +347,7 @@ reveal("copy model (unshifted targets), last-20 mean training loss", prediction,
 # validation sets of 64 windows of the course's language:
 
 # %% tags=["demo"]
-from course.baselines import chain_loss
+from course.toolkit.baselines import chain_loss
 
 sets = lang.sample(200 * 64, pipe.seq_len + 1, seed=2026).view(200, 64, pipe.seq_len + 1)
 chain_on_sets = torch.tensor([chain_loss(lang, s) for s in sets])
@@ -363,7 +363,7 @@ print(f"lowest set: {chain_on_sets.min():.4f}, {(lang.loss_floor(pipe.seq_len) -
 # So a held-out loss a little below the floor (or even the rate) is not proof of anything. Two ways
 # to make the claim sound: compare with the **exact chain's loss on the same windows** (no honest
 # model beats the chain that generated them, on any set), or demand a margin of several standard
-# deviations. `course.baselines.held_out_symptom(pipe)` does the first: it trains the pipeline
+# deviations. `course.reference.diagnose.held_out_symptom(pipe)` does the first: it trains the pipeline
 # briefly and reports a held-out loss more than `BELOW_CHAIN_MARGIN` nats below the chain's loss on
 # the same windows ("it sees what it predicts"), or one that still has more than `STALL_FRACTION` of
 # the gap from the bigram entropy down to the window floor left to close ("the context is not used";
@@ -377,7 +377,7 @@ print(f"lowest set: {chain_on_sets.min():.4f}, {(lang.loss_floor(pipe.seq_len) -
 # or training less would hide the symptom without fixing anything.
 
 # %% tags=["demo"]
-from course.baselines import held_out_symptom, BELOW_CHAIN_MARGIN, STALL_FRACTION
+from course.reference.diagnose import held_out_symptom, BELOW_CHAIN_MARGIN, STALL_FRACTION
 
 print(f"held_out_symptom: leakage below the exact chain by more than {BELOW_CHAIN_MARGIN} nats; "
       f"a stall with more than {STALL_FRACTION:.0%} of the bigram-to-floor gap left")
@@ -391,7 +391,7 @@ print(f"held-out loss after the fix {runs['unshifted targets, fixed'].final_val_
       f"window floor {small_lang.loss_floor(small.seq_len):.4f}")
 
 # %% tags=["demo"]
-from course.plots import loss_plot
+from course.toolkit.plots import loss_plot
 
 refs = dict(small_lang.baselines(small.seq_len), **{"entropy rate": small_lang.entropy_rate})
 ax = loss_plot({k: r.history["loss"] for k, r in runs.items()}, refs,
@@ -420,7 +420,7 @@ plt.show()
 # broken batch has not caught it. Look at dtypes and ranges *before* you index or count with the ids.
 # The hidden tests run it on healthy batches of other shapes and vocabularies, which it must accept,
 # and on a hidden bank of broken batches drawn from the bug catalogue, which it must reject. A check
-# that always raises, or never does, earns nothing. The package's own `course.checks.check_batch`
+# that always raises, or never does, earns nothing. The package's own `course.toolkit.checks.check_batch`
 # (whose `BatchContractError` is a `ValueError`) is switched off while yours is graded.
 
 # %% nbgrader={"grade": false, "grade_id": "check_batch", "locked": false, "schema_version": 3, "solution": true}
@@ -449,21 +449,21 @@ def check_batch(batch, vocab_size):
 # The visible tests: two healthy batches (one padded) and two broken ones.
 
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.checks
-from course.grading import assert_detector, fires
+import course.toolkit.checks
+from course.exercises.grading import assert_detector, fires
 
 _padded_pipe = pipe.replace(min_len=8)
 _healthy = {"full windows": batch_at(pipe, 0, 0), "padded windows": batch_at(_padded_pipe, 0, 0)}
 _broken = {name: batch_at(inject(_padded_pipe, name), 0, 0) for name in ("unshifted-targets", "all-targets-ignored")}
 assert_detector(lambda b: fires(check_batch, b, lang.vocab_size), _healthy, _broken, what="batch check",
-                off=(course.checks.check_batch,))
+                off=(course.toolkit.checks.check_batch,))
 ### BEGIN HIDDEN TESTS
 _hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
 _hidden_healthy = {f"{p.n_symbols} symbols, seed {s}": (batch_at(p, s, 1), p.language().vocab_size)
                    for p in (_hidden_pipe, pipe.replace(min_len=2)) for s in (4, 5)}
 assert_detector(lambda bv: fires(check_batch, *bv), _hidden_healthy,
                 {n: (batch_at(inject(_hidden_pipe, n), 2, 0), 10) for n in ("unshifted-targets", "all-targets-ignored")},
-                what="batch check", off=(course.checks.check_batch,))
+                what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -472,12 +472,12 @@ assert_detector(lambda bv: fires(check_batch, *bv), _hidden_healthy,
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_types", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.checks
+import course.toolkit.checks
 _hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
 _bank = {n: batch_at(inject(_hidden_pipe, n), 6, 0)
          for n in ("float-targets", "int32-inputs", "inputs-padded-with-ignore-index", "targets-one-short")}
 assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidden_pipe, 6, 0)}, _bank,
-                what="batch check", off=(course.checks.check_batch,))
+                what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -486,12 +486,12 @@ assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidde
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_mask", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.checks
+import course.toolkit.checks
 _hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
 _bank = {n: batch_at(inject(_hidden_pipe, n), 7, 0)
          for n in ("padding-scored", "targets-shifted-twice", "every-other-target-ignored")}
 assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidden_pipe, 7, 0)}, _bank,
-                what="batch check", off=(course.checks.check_batch,))
+                what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -502,13 +502,13 @@ assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidde
 # (or, the other way round, it sees the very token it must predict and falls "too well"). On a loss
 # plot they can look alike, and a plot does not say which part of the pipeline to fix.
 #
-# Below are fourteen pipelines drawn by `course.mystery.draw` from these families, healthy ones among
+# Below are fourteen pipelines drawn by `course.exercises.mystery.draw` from these families, healthy ones among
 # them. They are **opaque**: every part is a `<part>`, every setting shows the healthy value, and the
 # learning rate and seeds are drawn independently of the bug, so nothing you can read off a pipeline
 # says what is wrong with it. You can only *run* its parts.
 
 # %%
-from course import mystery
+from course.exercises import mystery
 
 CANDIDATES = ("healthy", "healthy", "missing-step", "lr-zero", "no-positions", "attend-self-only",
               "targets-shifted-twice", "unshifted-targets", "causal-mask-off")
@@ -552,9 +552,9 @@ plt.show()
 # the package's are switched off while your answers are graded.
 
 # %% tags=["demo"]
-from course.checks import check_batch as reference_check_batch, update_report
-from course.checks import position_sensitivity, past_sensitivity, future_sensitivity
-from course.train import start, train_steps
+from course.toolkit.checks import check_batch as reference_check_batch, update_report
+from course.toolkit.checks import position_sensitivity, past_sensitivity, future_sensitivity
+from course.reference.train import start, train_steps
 
 def one_step_report(p, seed=0):
     run = start(p, seed)
@@ -593,13 +593,13 @@ for name in ["reference", "lr-zero", "requires-grad-off", "targets-shifted-twice
 # gradients leaves most weight tensors bit-for-bit unchanged and moves the rest by less than 1e-6
 # relative (tensors that start at zero, such as biases, have no meaningful relative change).
 #
-# While your answers are graded, `course.checks` (`check_batch`, `update_report`, the three
-# `*_sensitivity` probes), `course.baselines.held_out_symptom` and `course.mystery`'s `draw`, `make`,
+# While your answers are graded, `course.toolkit.checks` (`check_batch`, `update_report`, the three
+# `*_sensitivity` probes), `course.reference.diagnose.held_out_symptom` and `course.exercises.mystery`'s `draw`, `make`,
 # `reveal` and `touched` are switched off: write the tests yourself (`one_step`, `logits_at`,
 # `batch_at`, `pipe.build_model` and `pipe.language()` stay available).
 
 # %%
-from course.grading import captured_warnings
+from course.exercises.grading import captured_warnings
 
 def one_step(pipe, seed=0):
     """A fresh run of ``pipe`` (model, optimizer) after one real training step, and a copy of every
@@ -671,12 +671,12 @@ def detect(pipe, seed=0):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-import course.baselines
-import course.checks
-from course.grading import assert_detector
+import course.reference.diagnose
+import course.toolkit.checks
+from course.exercises.grading import assert_detector
 
-_OFF = (course.checks.check_batch, course.checks.update_report, course.checks.position_sensitivity,
-        course.checks.past_sensitivity, course.checks.future_sensitivity, course.baselines.held_out_symptom,
+_OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
+        course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
 _answers = {name: mystery.reveal(p) for name, p in mysteries.items()}
 assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
@@ -746,12 +746,12 @@ def name_cause(pipe, seed=0):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.baselines
-import course.checks
-from course.grading import assert_names
+import course.reference.diagnose
+import course.toolkit.checks
+from course.exercises.grading import assert_names
 
-_OFF = (course.checks.check_batch, course.checks.update_report, course.checks.position_sensitivity,
-        course.checks.past_sensitivity, course.checks.future_sensitivity, course.baselines.held_out_symptom,
+_OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
+        course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
 CAUSE = {"healthy": "healthy", "missing-step": "no-step", "lr-zero": "lr-zero",
          "requires-grad-off": "requires-grad-off", "optimizer-on-stale-model": "not-in-optimizer",
@@ -770,8 +770,8 @@ assert_names(name_cause, {f"fresh draw {i}": (mystery.make(b, 300 + i, small, sa
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-_OFF = (course.checks.check_batch, course.checks.update_report, course.checks.position_sensitivity,
-        course.checks.past_sensitivity, course.checks.future_sensitivity, course.baselines.held_out_symptom,
+_OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
+        course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
 _tiny = Pipeline(n_symbols=6, seq_len=12, batch_size=16, steps=100, n_train=512, n_val=64, warmup=10)
 _h_cases = {}
@@ -787,7 +787,7 @@ assert_names(name_cause, _h_cases, what="name_cause", off=_OFF)
 # Write `fix(pipe) -> Pipeline` for a pipeline whose cause is `"targets-misaligned"`,
 # `"positions-unused"`, `"context-masked"` or `"future-visible"`: return `pipe.replace(part=...)`
 # with the broken part, and only that part, replaced by a working one (the references are
-# `course.data.next_token_batch` for the collator and `course.pipeline.prepare_model` for the model's
+# `course.toolkit.batch.next_token_batch` for the collator and `course.reference.pipeline.prepare_model` for the model's
 # preparation; your own equivalent is fine). Every other part must stay the very same object, and the
 # settings (learning rate, seeds) must stay the draw's own: a fix that returns a fresh reference
 # pipeline, or replaces parts that were not broken, fails.
@@ -798,7 +798,7 @@ assert_names(name_cause, _h_cases, what="name_cause", off=_OFF)
 # Expect a few seconds per draw.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
-import course.pipeline
+import course.reference.pipeline
 
 def fix(pipe):
     ### BEGIN SOLUTION
@@ -806,18 +806,18 @@ def fix(pipe):
     if cause == "targets-misaligned":
         return pipe.replace(collate=next_token_batch)
     if cause in ("positions-unused", "context-masked", "future-visible"):
-        return pipe.replace(prepare=course.pipeline.prepare_model)
+        return pipe.replace(prepare=course.reference.pipeline.prepare_model)
     return pipe
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-import course.baselines
-import course.checks
+import course.reference.diagnose
+import course.toolkit.checks
 
-_OFF = (course.checks.check_batch, course.checks.update_report, course.checks.position_sensitivity,
-        course.checks.past_sensitivity, course.checks.future_sensitivity, course.baselines.held_out_symptom,
+_OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
+        course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
-_symptom = lambda p: course.baselines.held_out_symptom(p, seed=31)  # runs after your fix, switched on again
+_symptom = lambda p: course.reference.diagnose.held_out_symptom(p, seed=31)  # runs after your fix, switched on again
 mystery.check_fix(fix, [mysteries["mystery 6"]], _symptom, what="fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
 mystery.check_fix(fix, [mystery.make("targets-shifted-twice", 7, small, salt="h-01-f1x")], _symptom, what="fix", off=_OFF)

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 import matplotlib.pyplot as plt
 
-from course.record import reveal
+from course.exercises.record import reveal
 
 _notebook_start = time.perf_counter()
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
@@ -51,7 +51,7 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # %%
 from course import Pipeline, IGNORE
 from course.bugs import inject
-from course.train import start, train_steps
+from course.reference.train import start, train_steps
 
 pipe = Pipeline()
 runs = {name: train_steps(start(inject(pipe, name), seed=0), 30, eval_every=0)
@@ -115,7 +115,7 @@ for lr in (1e-2, 1e-6, 0.0):
 # %% [markdown]
 # ## The first non-finite tensor
 #
-# `course.nonfinite.Locator` hooks every module of a model (forward hooks, in execution order) and
+# `course.toolkit.nonfinite.Locator` hooks every module of a model (forward hooks, in execution order) and
 # records, after the forward pass, the loss, the gradients, and **after the update** the optimizer
 # state and the parameters. `trace(pipe)` runs the training loop with it attached and returns the
 # records (`Event`s) of the first step where anything went bad; `locate(pipe)` returns the first bad
@@ -123,7 +123,8 @@ for lr in (1e-2, 1e-6, 0.0):
 # `softmax_probe`) so hooks can see them.
 
 # %% tags=["demo"]
-from course.nonfinite import trace, locate, STAGES
+from course.reference.diagnose import trace, locate
+from course.toolkit.nonfinite import STAGES
 
 events = trace(inject(pipe, "causal-mask-strict"))
 print(f"{len(events)} tensors recorded at step {events[0].step}; the first twelve:")
@@ -190,7 +191,7 @@ def stable_token_loss(logits, targets):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_stable_loss", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course.grading import captured_warnings
+from course.exercises.grading import captured_warnings
 
 with captured_warnings():
     _v = stable_token_loss(torch.tensor([[1000.0, -1000.0]]), torch.tensor([1]))
@@ -286,7 +287,7 @@ def safe_log(p):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_safe_log", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course.grading import captured_warnings
+from course.exercises.grading import captured_warnings
 
 _p = torch.tensor([0.0, 0.5, 1.0], requires_grad=True)
 with captured_warnings():
@@ -400,7 +401,7 @@ reveal("gradients after clip_grad_norm_(max_norm=1): (with a NaN, with an inf)",
 prediction = None  # your guess: |x_30| at eta a = 2
 
 # %% tags=["demo"]
-from course.nonfinite import quadratic_descent
+from course.toolkit.nonfinite import quadratic_descent
 
 reveal("|x_30| of gradient descent at eta a = 2, from x_0 = 1", prediction, quadratic_descent(2.0, 30)[-1])
 
@@ -439,16 +440,16 @@ for r in rates:
 #
 # Pick *when* the run first went non-finite and *which stage* the locator reported; the box below
 # shows the hypotheses that fit and the test that separates them. *When* has three answers, read off
-# the first bad event's step and stage (`course.nonfinite.when_of`): at step 0 the forward pass, the
+# the first bad event's step and stage (`course.toolkit.nonfinite.when_of`): at step 0 the forward pass, the
 # loss and the gradients come from the initial weights (**before any update**); the optimizer state
 # and parameters of step 0 are recorded after its update (**in the first update**); anything at a
 # later step comes **after some updates**. A combination that cannot happen (parameters "before any
-# update") says so. The tree is plain data (`course.nonfinite.TREE`, read through
+# update") says so. The tree is plain data (`course.toolkit.nonfinite.TREE`, read through
 # `advise(when, stage)`), so you can read it, test it, and extend it for your own runs.
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
-from course.nonfinite import tree_widget
+from course.toolkit.nonfinite import tree_widget
 
 tree_widget()
 
@@ -458,7 +459,7 @@ tree_widget()
 # **The NaN from the first step.** The locator said `softmax` at step 0, before any update. The tree:
 
 # %% tags=["demo"]
-from course.nonfinite import advice_text, when_of
+from course.toolkit.nonfinite import advice_text, when_of
 
 found = locate(runs["causal-mask-strict"].pipe)
 print(f"locator: {found}\n")
@@ -466,10 +467,10 @@ print(advice_text(when_of(found.step, found.stage), found.stage))
 
 # %% [markdown]
 # The separating test: count the keys each query row of the attention mask allows. The model's mask
-# is built by `course.model.attention_mask(kind, T, S)` from the pipeline's `model.attention` setting:
+# is built by `course.reference.model.attention_mask(kind, T, S)` from the pipeline's `model.attention` setting:
 
 # %% tags=["demo"]
-from course.model import attention_mask
+from course.reference.model import attention_mask
 
 broken_pipe = runs["causal-mask-strict"].pipe
 T = 6
@@ -538,15 +539,16 @@ def first_nonfinite_stage(p, steps=20, seed=0):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.nonfinite as _nf
-from course.grading import assert_names
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+from course.exercises.grading import assert_names
 
 assert_names(first_nonfinite_stage, {
     "reference": (pipe, None),
     "embedding-scaled-by-inf": (inject(pipe, "embedding-scaled-by-inf"), ("embeddings", 0)),
     "causal-mask-strict": (inject(pipe, "causal-mask-strict"), ("softmax", 0)),
     "log-guarded-by-where": (inject(pipe, "log-guarded-by-where"), ("grads", 0)),
-}, what="first non-finite stage", off=(_nf.locate, _nf.first_nonfinite, _nf.is_bad))
+}, what="first non-finite stage", off=(_diag.locate, _nf.first_nonfinite, _nf.is_bad))
 
 # %% [markdown]
 # Hidden tests: forward stages you have not seen, on a smaller language.
@@ -554,8 +556,9 @@ assert_names(first_nonfinite_stage, {
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_forward", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.nonfinite as _nf
-from course.grading import assert_names as _assert_names
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+from course.exercises.grading import assert_names as _assert_names
 _small = Pipeline(n_symbols=8, seq_len=12, n_train=512, data_seed=7)
 _cases = {"reference": _small,
           "attention-scale-inf": inject(_small, "attention-scale-inf"),
@@ -563,12 +566,12 @@ _cases = {"reference": _small,
           "inputs-padded-with-ignore-index": inject(_small.replace(min_len=4), "inputs-padded-with-ignore-index")}
 _expected = {}
 for _k, _p in _cases.items():
-    _f = _nf.locate(_p, steps=5, seed=3)
+    _f = _diag.locate(_p, steps=5, seed=3)
     _expected[_k] = (_p.replace(bugs=()), 3, None if _f is None else (_f.stage, _f.step))
 assert [e[2] for e in _expected.values()] == [None, ("scores", 0), ("loss", 0), ("input", 0)], "grader fixture changed"
 _assert_names(lambda c: first_nonfinite_stage(c[0], 5, c[1]),
               {k: ((p, s), want) for k, (p, s, want) in _expected.items()}, what="first non-finite stage",
-              off=(_nf.locate, _nf.first_nonfinite, _nf.is_bad))
+              off=(_diag.locate, _nf.first_nonfinite, _nf.is_bad))
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -577,9 +580,10 @@ _assert_names(lambda c: first_nonfinite_stage(c[0], 5, c[1]),
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_updates", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.nonfinite as _nf
-from course.grading import assert_names as _assert_names
-from course.model import ModelConfig as _ModelConfig
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+from course.exercises.grading import assert_names as _assert_names
+from course.reference.model import ModelConfig as _ModelConfig
 _smaller = Pipeline(seq_len=16, model=_ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=2, d_mlp=96),
                     batch_size=32, n_train=1024)
 _cases = {"reference": _smaller.replace(lr=3e-2),
@@ -587,19 +591,19 @@ _cases = {"reference": _smaller.replace(lr=3e-2),
           "lr-sign-typo": inject(_smaller, "lr-sign-typo")}
 _expected = {}
 for _k, _p in _cases.items():
-    _f = _nf.locate(_p, steps=20, seed=1)
+    _f = _diag.locate(_p, steps=20, seed=1)
     _expected[_k] = (_p.replace(bugs=()), None if _f is None else (_f.stage, _f.step))
 assert _expected["reference"][1] is None and _expected["adam-eps-zero"][1] == ("params", 0), "grader fixture changed"
 assert _expected["lr-sign-typo"][1] is not None and _expected["lr-sign-typo"][1][1] > 0, "grader fixture changed"
 _assert_names(lambda p: first_nonfinite_stage(p, 20, 1),
               {k: (p, want) for k, (p, want) in _expected.items()}, what="first non-finite stage",
-              off=(_nf.locate, _nf.first_nonfinite, _nf.is_bad))
+              off=(_diag.locate, _nf.first_nonfinite, _nf.is_bad))
 ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## The mystery pipelines
 #
-# Below are six pipelines drawn by `course.mystery.draw` from this notebook's bugs
+# Below are six pipelines drawn by `course.exercises.mystery.draw` from this notebook's bugs
 # (`embedding-scaled-by-inf`, `causal-mask-strict`, `loss-scaled-in-fp16`, `log-guarded-by-where`,
 # `adam-eps-zero`, `lr-sign-typo`) and `"healthy"`, each on a small pipeline with its own seeds,
 # learning rate and warm-up. They are **opaque**: every part is a `Part` whose repr is `<part>`, every
@@ -608,11 +612,12 @@ _assert_names(lambda p: first_nonfinite_stage(p, 20, 1),
 # course's loop shows for each over the first `HORIZON` steps:
 
 # %%
-from course import mystery
-from course.data import next_token_batch
-from course.model import ModelConfig
-from course.pipeline import adamw, apply_update, build_optimizer, prepare_model, set_eval_mode, token_cross_entropy
-from course.train import start, train_steps, batch_at
+from course.exercises import mystery
+from course.toolkit.batch import next_token_batch
+from course.reference.model import ModelConfig
+from course.reference.pipeline import adamw, apply_update, build_optimizer, prepare_model, set_eval_mode
+from course.toolkit.batch import token_cross_entropy
+from course.reference.train import start, train_steps, batch_at
 
 CANDIDATES = ("healthy", "embedding-scaled-by-inf", "causal-mask-strict", "loss-scaled-in-fp16",
               "log-guarded-by-where", "adam-eps-zero", "lr-sign-typo")
@@ -631,14 +636,14 @@ for label, m in mysteries.items():
     print(f"{label:>4}: {run.stopped or f'finite for {HORIZON} steps'}; loss {[f'{x:.3g}' for x in losses[:6]]}"
           f"{' ... ' + format(losses[-1], '.3g') if len(losses) > 6 else ''}")
 parts_seen = {tuple(f for f in mystery.signature(m) if f[0] in mystery.PART_FIELDS) for m in mysteries.values()}
-print(f"\nparts as seen from outside (course.mystery.signature), the same for all six: {len(parts_seen) == 1}: "
+print(f"\nparts as seen from outside (course.exercises.mystery.signature), the same for all six: {len(parts_seen) == 1}: "
       f"{next(iter(parts_seen))[:2]} ...")
 
 # %% [markdown]
 # ### Mystery (a): a test that detects the symptom
 #
 # Write `detect(pipe) -> bool`: `True` if training `pipe` for `HORIZON` steps from seed 0 (the course's
-# loop: `course.train.start(pipe, 0)`, batches `batch_at(pipe, 0, step)`) produces any non-finite
+# loop: `course.reference.train.start(pipe, 0)`, batches `batch_at(pipe, 0, step)`) produces any non-finite
 # tensor (the ids given to the model, a module output, the loss, a gradient, the optimizer state or
 # a parameter), else `False`. Return a Python `bool` (a numpy or 0-d torch bool is accepted too);
 # raising is not an answer and fails the cell. Reuse your `first_nonfinite_stage` on `trace`, or write
@@ -648,7 +653,7 @@ print(f"\nparts as seen from outside (course.mystery.signature), the same for al
 # seen (a hidden salt): it must be `False` on healthy draws and on a pipeline broken in a way that
 # stays finite (a different symptom), and `True` on every bug of this notebook and on a non-finite bug
 # from another notebook. While it runs, `locate`, `first_nonfinite`, `is_bad`, `advise`,
-# `advice_text`, `course.train.train` and `course.train.train_steps` are switched off.
+# `advice_text`, `course.reference.train.train` and `course.reference.train.train_steps` are switched off.
 
 # %% nbgrader={"grade": false, "grade_id": "mystery_detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
@@ -657,12 +662,13 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.nonfinite as _nf
-import course.train as _train
-from course import mystery as _mystery
-from course.grading import assert_detector
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+import course.reference.train as _train
+from course.exercises import mystery as _mystery
+from course.exercises.grading import assert_detector
 
-_OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+_OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _seen = {k: (m, _mystery.reveal(m)) for k, m in mysteries.items()}
 assert_detector(detect, {k: m for k, (m, a) in _seen.items() if a == "healthy"},
                 {k: m for k, (m, a) in _seen.items() if a != "healthy"}, what="detect", off=_OFF)
@@ -674,11 +680,12 @@ assert_detector(detect, {"a fresh healthy draw": _mystery.make("healthy", 61, MY
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.nonfinite as _nf
-import course.train as _train
-from course import mystery as _mystery
-from course.grading import assert_detector as _assert_detector
-_OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+import course.reference.train as _train
+from course.exercises import mystery as _mystery
+from course.exercises.grading import assert_detector as _assert_detector
+_OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _salt = "h-02-d7e1"
 _quiet = {"healthy draw A": _mystery.make("healthy", 1, MYSTERY_BASE, _salt),
           "healthy draw B": _mystery.make("healthy", 2, MYSTERY_BASE, _salt),
@@ -716,12 +723,13 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.nonfinite as _nf
-import course.train as _train
-from course import mystery as _mystery
-from course.grading import assert_names
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+import course.reference.train as _train
+from course.exercises import mystery as _mystery
+from course.exercises.grading import assert_names
 
-_OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+_OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _seen = {k: (m, _mystery.reveal(m)) for k, m in mysteries.items()}
 assert_names(name_cause, _seen, what="name_cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
@@ -732,11 +740,12 @@ assert_names(name_cause, {f"fresh draw {i}": (_mystery.make(b, 63 + i, MYSTERY_B
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.nonfinite as _nf
-import course.train as _train
-from course import mystery as _mystery
-from course.grading import assert_names as _assert_names
-_OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+import course.reference.train as _train
+from course.exercises import mystery as _mystery
+from course.exercises.grading import assert_names as _assert_names
+_OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _salt = "h-02-c4a9"
 _fresh = {f"a fresh draw ({i})": (_mystery.make(b, 20 + i, MYSTERY_BASE, _salt), b) for i, b in enumerate(CANDIDATES)}
 _assert_names(name_cause, _fresh, what="name_cause", off=_OFF)
@@ -753,7 +762,7 @@ _assert_names(name_cause, _fresh, what="name_cause", off=_OFF)
 # at a time and run your `detect` again.
 #
 # Graded by behaviour on fresh draws of each bug (never on a healthy one), with
-# `course.mystery.check_fix`: the fixed pipeline is trained for `HORIZON` steps on a fresh seed by the
+# `course.exercises.mystery.check_fix`: the fixed pipeline is trained for `HORIZON` steps on a fresh seed by the
 # course's loop, and `fix_symptom` below (the same finite check that stops the loop, plus a falling
 # loss) must find nothing. While your `fix` runs, the functions of (a) and `mystery.reveal`, `draw`,
 # `make`, `touched` are switched off.
@@ -780,11 +789,12 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.nonfinite as _nf
-import course.train as _train
-from course import mystery as _mystery
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+import course.reference.train as _train
+from course.exercises import mystery as _mystery
 
-_OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+_OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _mystery.check_fix(fix, [_mystery.make(b, 40 + i, MYSTERY_BASE) for i, b in enumerate(("causal-mask-strict", "lr-sign-typo"))],
                    fix_symptom, what="fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
@@ -795,10 +805,11 @@ _mystery.check_fix(fix, [_mystery.make("lr-sign-typo", 65, MYSTERY_BASE, "h-02-v
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
 import functools as _functools
-import course.nonfinite as _nf
-import course.train as _train
-from course import mystery as _mystery
-_OFF = (_nf.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+import course.toolkit.nonfinite as _nf
+import course.reference.diagnose as _diag
+import course.reference.train as _train
+from course.exercises import mystery as _mystery
+_OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 _salt = "h-02-f08b"
 _mystery.check_fix(fix, [_mystery.make(b, 30 + i, MYSTERY_BASE, _salt) for i, b in enumerate(CANDIDATES[1:])],
                    _functools.partial(fix_symptom, seed=202), what="fix", off=_OFF)

@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from course.record import reveal
+from course.exercises.record import reveal
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
 _ = torch.manual_seed(0)
@@ -56,8 +56,9 @@ _ = torch.manual_seed(0)
 # %%
 from course import Pipeline, IGNORE
 from course.bugs import inject
-from course.train import batch_at
-from course.overfit import tiny_batch, fit_floor, overfit_pipe, overfit_rule
+from course.reference.train import batch_at
+from course.toolkit.overfit import tiny_batch, fit_floor, overfit_rule
+from course.reference.diagnose import overfit_pipe
 
 pipe = Pipeline()
 lang = pipe.language()
@@ -92,7 +93,7 @@ for name, losses in fits.items():
 prediction = None  # your guess: the loss on shuffled labels after 50 steps (nats)
 
 # %% tags=["demo"]
-from course.overfit import shuffled_labels, conflicting_labels
+from course.toolkit.overfit import shuffled_labels, conflicting_labels
 
 shuffled = shuffled_labels(tiny, seed=1)
 fits["shuffled labels"] = overfit_pipe(pipe, shuffled, STEPS)
@@ -151,8 +152,8 @@ prediction = None  # your guess: how many of the 8 healthy runs pass the rule (0
 
 # %% tags=["demo"]
 import dataclasses
-from course.data import Batch
-from course.overfit import smoothed_cross_entropy
+from course.toolkit.batch import Batch
+from course.toolkit.overfit import smoothed_cross_entropy
 
 small_model = dataclasses.replace(pipe.model, d_model=8, n_head=1, n_layer=1, d_mlp=8)
 no_bug_runs = {
@@ -184,7 +185,7 @@ reveal("healthy runs that pass the rule", prediction,
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
-from course.overfit import rule_explorer
+from course.reference.diagnose import rule_explorer
 
 # its first setting (8 examples, LR 1e-2, 35 steps) is the reference run of the first section: reuse it
 explorer = rule_explorer(pipe, tiny_batch(batch_at(pipe, 0, 0), 16),
@@ -200,9 +201,9 @@ explorer
 # by identity does not: `update_report` lists the tensors the optimizer does not hold.
 
 # %% tags=["demo"]
-from course.checks import update_report
-from course.train import start, train_steps
-from course.grading import quiet
+from course.toolkit.checks import update_report
+from course.reference.train import start, train_steps
+from course.exercises.grading import quiet
 
 
 def one_step(p):
@@ -252,7 +253,7 @@ reveal("zero_grad forgotten: |second gradient| / |first|", prediction, f"{ratios
 # gradient back to the same norm and the same direction. With the pipeline's clip at 1.0:
 
 # %% tags=["demo"]
-from course.overfit import pipeline_step
+from course.reference.diagnose import pipeline_step
 
 for name in ("reference", "zero-grad-forgotten"):
     p = pipe if name == "reference" else inject(pipe, name)
@@ -272,12 +273,12 @@ for name in ("reference", "zero-grad-forgotten"):
 # The symptom was "cannot fit eight examples". Lowering the learning rate or clipping harder would
 # only hide an accumulating gradient; the fix at the right depth is the part that is broken: the
 # optimizer whose `zero_grad` does nothing is replaced by the reference one (`make_optimizer` back to
-# `course.pipeline.build_optimizer`). Then the same two detectors run again on the fixed pipeline:
+# `course.reference.pipeline.build_optimizer`). Then the same two detectors run again on the fixed pipeline:
 # the overfit of the first section (same batch, same 50 steps, against the same lowest possible
 # loss plus 0.1) and the two-backwards ratio.
 
 # %% tags=["demo"]
-from course.pipeline import build_optimizer
+from course.reference.pipeline import build_optimizer
 
 broken = inject(pipe, "zero-grad-forgotten")
 repaired = broken.replace(make_optimizer=build_optimizer)
@@ -350,7 +351,7 @@ for name in ("reference", "loss-broadcast"):
 # %% [markdown]
 # ## Exercise 1: the mystery pipeline
 #
-# Time to do it yourself. `course.mystery.draw` hands you a pipeline drawn by seed from this family:
+# Time to do it yourself. `course.exercises.mystery.draw` hands you a pipeline drawn by seed from this family:
 # healthy, `zero-grad-forgotten`, `loss-broadcast`, `embedding-not-in-optimizer` or `missing-step`.
 # It is **opaque**: every part is a `<part>`, every setting shows a healthy value, and its
 # configuration (language, data and validation seeds, learning rate between about 0.007 and 0.014,
@@ -361,8 +362,8 @@ for name in ("reference", "loss-broadcast"):
 # section (its own optimizer, loss and update; 40 steps):
 
 # %%
-from course import mystery
-from course.model import ModelConfig
+from course.exercises import mystery
+from course.reference.model import ModelConfig
 
 MYSTERY_BASE = Pipeline(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                         batch_size=8, n_train=256, n_val=64)
@@ -398,10 +399,10 @@ print(f"its parts read: make_optimizer {mystery_pipe.make_optimizer!r}, loss_fn 
 # one-element torch/numpy bool).
 #
 # What you may use: the pipeline's parts (`p.build_model(seed)`, `p.make_optimizer(model, p)`,
-# `p.loss_fn(logits, batch)`, `course.overfit.pipeline_step(p)` for one step made of its parts),
-# `fresh` above, `course.overfit` (`overfit_pipe`, `fit_floor`, `tiny_batch`) and `batch_at`. Switched
-# off while your answers are graded: `course.preflight` (it runs these tests for you),
-# `course.checks.update_report`, and `course.mystery.reveal` / `touched` / `draw` / `make`.
+# `p.loss_fn(logits, batch)`, `course.reference.diagnose.pipeline_step(p)` for one step made of its parts),
+# `fresh` above, `course.toolkit.overfit` (`overfit_pipe`, `fit_floor`, `tiny_batch`) and `batch_at`. Switched
+# off while your answers are graded: `course.toolkit.preflight` (it runs these tests for you),
+# `course.toolkit.checks.update_report`, and `course.exercises.mystery.reveal` / `touched` / `draw` / `make`.
 #
 # Scaffolding: the start below builds the pieces; a few lines per test remain. A check per bug of this
 # notebook is enough: the loss at initialisation against ln(V), optimizer membership by identity,
@@ -435,11 +436,12 @@ def detect(pipe):
 # The visible test: two healthy draws, and one draw of each bug of this notebook.
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery
-from course.checks import update_report as _update_report
-from course.grading import assert_detector
-from course.model import ModelConfig as _MC
-from course.preflight import preflight as _preflight, preflight_pipeline as _preflight_pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.exercises.grading import assert_detector
+from course.reference.model import ModelConfig as _MC
+from course.toolkit.preflight import preflight as _preflight
+from course.reference.diagnose import preflight_pipeline as _preflight_pipeline
 
 _OFF = (_preflight, _preflight_pipeline, _update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
@@ -458,11 +460,12 @@ assert_detector(detect, {"a fresh healthy draw": _mystery.make("healthy", 71, _B
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import mystery as _mystery
-from course.checks import update_report as _update_report
-from course.grading import assert_detector
-from course.model import ModelConfig as _MC
-from course.preflight import preflight as _preflight, preflight_pipeline as _preflight_pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.exercises.grading import assert_detector
+from course.reference.model import ModelConfig as _MC
+from course.toolkit.preflight import preflight as _preflight
+from course.reference.diagnose import preflight_pipeline as _preflight_pipeline
 
 _OFF = (_preflight, _preflight_pipeline, _update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
@@ -507,11 +510,12 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-from course import mystery as _mystery
-from course.checks import update_report as _update_report
-from course.grading import assert_names
-from course.model import ModelConfig as _MC
-from course.preflight import preflight as _preflight, preflight_pipeline as _preflight_pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.exercises.grading import assert_names
+from course.reference.model import ModelConfig as _MC
+from course.toolkit.preflight import preflight as _preflight
+from course.reference.diagnose import preflight_pipeline as _preflight_pipeline
 
 _OFF = (_preflight, _preflight_pipeline, _update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
@@ -524,16 +528,17 @@ assert_names(name_cause, _cases, what="name_cause", off=_OFF)
 
 # %% [markdown]
 # **(c) The fix.** Write `fix(pipe) -> Pipeline`: the same pipeline with the broken part replaced by
-# the reference one, and nothing else changed: `pipe.replace(make_optimizer=course.pipeline.build_optimizer)`
-# (the optimizer holds every parameter and its `zero_grad` works), `pipe.replace(loss_fn=course.pipeline.token_cross_entropy)`
-# (a per-token mean) or `pipe.replace(update=course.pipeline.apply_update)` (the step is taken). It
+# the reference one, and nothing else changed: `pipe.replace(make_optimizer=course.reference.pipeline.build_optimizer)`
+# (the optimizer holds every parameter and its `zero_grad` works), `pipe.replace(loss_fn=course.toolkit.batch.token_cross_entropy)`
+# (a per-token mean) or `pipe.replace(update=course.reference.pipeline.apply_update)` (the step is taken). It
 # is graded by behaviour on fresh draws of each bug: a fix may change only the part the bug lives in
 # (changing a healthy part, or returning a new pipeline, fails), and the fixed pipeline must then pass
-# every check of `course.preflight` (loss at init, a mean loss, updates, gradients reset, the overfit to
+# every check of `course.toolkit.preflight` (loss at init, a mean loss, updates, gradients reset, the overfit to
 # the batch's lowest possible loss and its no-step control) on a seed you never see.
 
 # %% nbgrader={"grade": false, "grade_id": "mystery_fix", "locked": false, "schema_version": 3, "solution": true}
-from course.pipeline import build_optimizer, token_cross_entropy, apply_update
+from course.reference.pipeline import build_optimizer, apply_update
+from course.toolkit.batch import token_cross_entropy
 
 
 def fix(pipe):
@@ -550,10 +555,11 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-from course import mystery as _mystery
-from course.checks import update_report as _update_report
-from course.model import ModelConfig as _MC
-from course.preflight import preflight as _preflight, preflight_pipeline as _preflight_pipeline
+from course.exercises import mystery as _mystery
+from course.toolkit.checks import update_report as _update_report
+from course.reference.model import ModelConfig as _MC
+from course.toolkit.preflight import preflight as _preflight
+from course.reference.diagnose import preflight_pipeline as _preflight_pipeline
 
 _OFF = (_preflight, _preflight_pipeline, _update_report)
 _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
@@ -586,7 +592,7 @@ _mystery.check_fix(fix, [_mystery.make(n, 50 + i, _BASE, salt="h-03-f9e") for i,
 # default template uses the symbols 0 and 1 before the prompt, 2 and 3 before the answer.
 
 # %%
-from course.sft import Template, DEFAULT_TEMPLATE, sft_pipeline, examples_at
+from course.lessons.sft import Template, DEFAULT_TEMPLATE, sft_pipeline, examples_at
 
 sft = sft_pipeline(pipe)
 examples = examples_at(sft, 0, 0)
@@ -602,14 +608,14 @@ print(f"example 0: prompt {prompt.tolist()}, answer {answer.tolist()}")
 # right-padded with `pad_id` to the longest one: `inputs` are each padded sequence but its last
 # position, `targets` the sequence shifted left by one, with `IGNORE` wherever the target is a marker,
 # a prompt token or padding. Both tensors are `torch.long` (int64) of shape (rows, longest
-# sequence − 1), compared exactly. Do not use the package's `course.data.prompt_answer_batch` or
-# `course.sft.collate_sft`: every test cell switches them off while it runs yours. Markers, prompts
+# sequence − 1), compared exactly. Do not use the package's `course.toolkit.batch.prompt_answer_batch` or
+# `course.lessons.sft.collate_sft`: every test cell switches them off while it runs yours. Markers, prompts
 # and answers can have any length, including zero markers; the hidden tests try other templates,
 # lengths and ids. A warning your code raises (for example torch's about `torch.tensor(a_tensor)`)
 # is printed with the feedback and costs nothing.
 
 # %% nbgrader={"grade": false, "grade_id": "collate_sft", "locked": false, "schema_version": 3, "solution": true}
-from course.data import Batch
+from course.toolkit.batch import Batch
 
 
 def collate_sft(examples, template, pad_id, eos_id):
@@ -634,12 +640,12 @@ def collate_sft(examples, template, pad_id, eos_id):
 # The visible test: one example, written out by hand.
 
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.sft as _sft
-import course.data as _data
-from course.grading import captured_warnings, switched_off
+import course.lessons.sft as _sft
+import course.toolkit.batch as _batch
+from course.exercises.grading import captured_warnings, switched_off
 
 _tpl = Template(user=(0,), assistant=(2, 3))
-with captured_warnings(), switched_off(_sft.collate_sft, _data.prompt_answer_batch):
+with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
     _b = collate_sft([(torch.tensor([7, 8]), torch.tensor([9, 5])), (torch.tensor([6]), torch.tensor([4]))], _tpl, pad_id=16, eos_id=17)
 # row 0: 0 7 8 2 3 9 5 17 ; row 1: 0 6 2 3 4 17 16 16
 assert _b.inputs.tolist() == [[0, 7, 8, 2, 3, 9, 5], [0, 6, 2, 3, 4, 17, 16]], f"inputs {_b.inputs.tolist()}"
@@ -648,8 +654,8 @@ assert _b.targets[0].tolist() == [_I, _I, _I, _I, 9, 5, 17], \
     f"row 0 targets {_b.targets[0].tolist()}: markers and prompt ignored, answer 9 5 and EOS 17 supervised"
 assert _b.targets[1].tolist() == [_I, _I, _I, 4, 17, _I, _I], f"row 1 targets {_b.targets[1].tolist()}: padding must be ignored"
 ### BEGIN HIDDEN TESTS
-import course.sft as _sft
-import course.data as _data
+import course.lessons.sft as _sft
+import course.reference.data as _data
 _g = torch.Generator().manual_seed(3)
 _cases = []
 for _tpl in (Template(), Template(user=(5, 6, 7), assistant=(1,)), Template(assistant=(4, 4, 4, 4))):
@@ -657,7 +663,7 @@ for _tpl in (Template(), Template(user=(5, 6, 7), assistant=(1,)), Template(assi
             torch.randint(0, 12, (int(torch.randint(0, 5, (1,), generator=_g)),), generator=_g)) for _ in range(5)]
     _cases.append((_ex, _tpl, _sft.collate_sft(_ex, _tpl, 13, 14)))
 for _ex, _tpl, _want in _cases:
-    with captured_warnings(), switched_off(_sft.collate_sft, _data.prompt_answer_batch):
+    with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
         _got = collate_sft(_ex, _tpl, 13, 14)
     assert torch.equal(_got.inputs, _want.inputs) and torch.equal(_got.targets, _want.targets), \
         f"wrong batch for template {_tpl} (pad 13, EOS 14): compare the row lengths, the padding and the ignored targets"
@@ -669,16 +675,16 @@ for _ex, _tpl, _want in _cases:
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_pipelines", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.sft as _sft
-import course.data as _data
-from course.grading import captured_warnings, switched_off
+import course.lessons.sft as _sft
+import course.toolkit.batch as _batch
+from course.exercises.grading import captured_warnings, switched_off
 _cases = []
 for _tpl, _seed in ((Template(user=(0, 1), assistant=(2, 3)), 5), (Template(user=(9,), assistant=(8, 7, 6)), 6)):
     _p = _sft.sft_pipeline(pipe.replace(n_train=512), _tpl, min_len=6)  # a small training set: cheaper windows, same batches' shape
     _ex = examples_at(_p, _seed, 1)
     _cases.append((_ex, _tpl, batch_at(_p, _seed, 1)))
 for _ex, _tpl, _want in _cases:
-    with captured_warnings(), switched_off(_sft.collate_sft, _data.prompt_answer_batch):
+    with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
         _got = collate_sft(_ex, _tpl, lang.PAD, lang.EOS)
     assert torch.equal(_got.inputs, _want.inputs) and torch.equal(_got.targets, _want.targets), \
         f"wrong batch for a pipeline with template {_tpl}: compare the row lengths, the padding and the ignored targets"
@@ -695,7 +701,7 @@ for _ex, _tpl, _want in _cases:
 # as a rejection: any other exception (an `IndexError` on a short row, say) fails the test as a crash.
 # It is graded like a test suite: it must accept healthy batches (other templates, lengths, seeds)
 # and reject broken ones, including variants you have not seen. A gate that always passes, or always
-# fails, earns nothing. (The package has `course.sft.mask_gate`; every test cell switches it off, with
+# fails, earns nothing. (The package has `course.lessons.sft.mask_gate`; every test cell switches it off, with
 # the package's collators, while it runs yours.)
 
 # %% nbgrader={"grade": false, "grade_id": "mask_gate", "locked": false, "schema_version": 3, "solution": true}
@@ -720,11 +726,11 @@ def mask_gate(batch, examples, template, eos_id):
 # EOS fail.
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-import course.sft as _sft
-import course.data as _data
-from course.grading import assert_detector, fires
+import course.lessons.sft as _sft
+import course.toolkit.batch as _batch
+from course.exercises.grading import assert_detector, fires
 
-_GATE_OFF = (_sft.mask_gate, _sft.collate_sft, _data.prompt_answer_batch)
+_GATE_OFF = (_sft.mask_gate, _sft.collate_sft, _batch.prompt_answer_batch)
 
 
 def _gate_case(p, seed, tpl=DEFAULT_TEMPLATE):
@@ -751,10 +757,10 @@ assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], lang.EOS),
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import course.sft as _sft
-import course.data as _data
-from course.data import next_token_batch as _ntb, pad_sequences as _pad
-from course.grading import assert_detector, fires
+import course.lessons.sft as _sft
+import course.toolkit.batch as _batch
+from course.toolkit.batch import next_token_batch as _ntb, pad_sequences as _pad
+from course.exercises.grading import assert_detector, fires
 
 
 def _bank(tpl, seed):
@@ -794,7 +800,7 @@ for _k, (_tpl, _seed) in enumerate(((Template(user=(0, 1), assistant=(2,)), 21),
     _healthy[f"template {_k}"] = _h
     _broken.update({f"{n} (template {_k})": c for n, c in _b.items()})
 assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], 14), _healthy, _broken, what="mask gate",
-                off=(_sft.mask_gate, _sft.collate_sft, _data.prompt_answer_batch))
+                off=(_sft.mask_gate, _sft.collate_sft, _batch.prompt_answer_batch))
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -802,7 +808,7 @@ assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], 14), _healthy, _bro
 # of the sequence that is supervised:
 
 # %% tags=["demo"]
-from course.sft import mask_gate as package_gate, MaskGateError
+from course.lessons.sft import mask_gate as package_gate, MaskGateError
 
 for name in ("healthy", "prompt-answer-mask-inverted", "eos-masked"):
     p = sft if name == "healthy" else inject(sft, name)
@@ -838,7 +844,8 @@ for d in (16, 48, 128):
 # (a config change mid-run), and the run continues for 15 steps.
 
 # %% tags=["demo"]
-from course.telemetry import record, robust_z
+from course.reference.diagnose import record
+from course.toolkit.telemetry import robust_z
 
 BEFORE, AFTER = 30, 15  # steps at the pipeline's LR, then at 20x
 run, tel_before = record(pipe, BEFORE, seed=0, progress=True)
@@ -884,7 +891,7 @@ print(f"layers flagged: {len({n for _, n in flagged})} of {len(names)}")
 # gets an exactly zero gradient at the first step**, while `B` gets a nonzero one.
 
 # %% tags=["demo"]
-from course.adapters import add_lora, linear_names, base_snapshot, changed_base_tensors
+from course.lessons.adapters import add_lora, linear_names, base_snapshot, changed_base_tensors
 
 def adapted(freeze=True):
     model = copy.deepcopy(base_model)
@@ -939,7 +946,7 @@ print(f"with weight_decay {wd}: largest |grad A| {grad_a}, A unchanged bit for b
 # optimizer): the same comparison must then find changed tensors.
 
 # %% tags=["demo"]
-from course.overfit import overfit, plain_step
+from course.toolkit.overfit import overfit, plain_step
 
 model.zero_grad(set_to_none=True)
 lora_losses = overfit(model, torch.optim.AdamW(adapter_params, lr=1e-2), tiny, 35)
@@ -954,12 +961,12 @@ print(f"negative control (base not frozen), tensors changed: {len(changed_base_t
 # %% [markdown]
 # ## A reusable pre-flight check
 #
-# `course.preflight.preflight(model, optimizer, batch, loss_fn, step_fn)` runs every cheap test of
+# `course.toolkit.preflight.preflight(model, optimizer, batch, loss_fn, step_fn)` runs every cheap test of
 # this notebook on **copies** of your model and optimizer, and reports what each pass can and cannot
 # prove. `preflight_pipeline(pipe)` does it for a course pipeline. On the reference:
 
 # %% tags=["demo"]
-from course.preflight import preflight_pipeline
+from course.reference.diagnose import preflight_pipeline
 
 healthy_report = preflight_pipeline(pipe, overfit_steps=STEPS)
 print(healthy_report.explain())

@@ -37,19 +37,19 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from course.record import reveal
+from course.exercises.record import reveal
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 
-from course.distributed import start_fork_server
+from course.lessons.distributed import start_fork_server
 
 start_fork_server()  # the two-process demos below fork their ranks from it; it loads torch in the background now
 
 # %% [markdown]
 # ## The symptom
 #
-# A small version of the reference recipe (one layer, 16-token windows, `course.replay.SPIKE_PIPE`)
+# A small version of the reference recipe (one layer, 16-token windows, `course.lessons.replay.SPIKE_PIPE`)
 # trains for 360 steps, twice: once on a stream drawn from the bug catalogue, once on the reference data
 # stream. The loop saves a checkpoint every 50 steps, and a `StepLog` records per step what the
 # history does not: the data index of the batch, Adam's state, and how much one token dominates the batch.
@@ -61,8 +61,8 @@ start_fork_server()  # the two-process demos below fork their ranks from it; it 
 import tempfile
 
 from course.bugs import inject
-from course.replay import SPIKE_PIPE, StepLog, checkpoint_path, last_good, train_with_checkpoints
-from course.train import batch_at, resume, train_steps
+from course.lessons.replay import SPIKE_PIPE, StepLog, checkpoint_path, last_good, train_with_checkpoints
+from course.reference.train import batch_at, resume, train_steps
 
 pipe = inject(SPIKE_PIPE, "corrupted-shard")
 lang = pipe.language()
@@ -90,7 +90,7 @@ print(f"held-out loss at step 300 / 320 / 360: " + " / ".join(
     f"{l:.3f}" for s, l in zip(run.val['step'], run.val['loss']) if s in (300, 320, 360)))
 
 # %% tags=["demo"]
-from course.plots import loss_plot
+from course.toolkit.plots import loss_plot
 
 ax = loss_plot({"run with the spike": loss, "reference data stream": reference.history["loss"]},
                lang.baselines(pipe.seq_len), title="A healthy run, then a spike at step N")
@@ -118,7 +118,7 @@ plt.show()
 prediction = None  # your guess: a pair (same batches spike again?, different batches spike?), e.g. (True, False)
 
 # %% tags=["demo"]
-from course.replay import last_good, replay
+from course.lessons.replay import last_good, replay
 
 good = last_good(folder, spike)
 same = replay(pipe, folder, good, steps=40)
@@ -211,7 +211,7 @@ for s in (spike - 1, spike, spike + SHARD_LEN):
 # ## An alert policy
 #
 # To act on a spike you must notice it, and an alert that fires on every noisy step gets muted. The
-# package's `course.alerts.AlertPolicy` watches six things, each against the run's *own* recent
+# package's `course.toolkit.alerts.AlertPolicy` watches six things, each against the run's *own* recent
 # history (its docstring is the contract; defaults in brackets):
 #
 # | alert | fires when |
@@ -250,7 +250,7 @@ for s in (spike - 1, spike, spike + SHARD_LEN):
 # Return a list of `Alert` (an empty list when nothing fires).
 
 # %% nbgrader={"grade": false, "grade_id": "observe", "locked": false, "schema_version": 3, "solution": true}
-from course.alerts import Alert, AlertPolicy
+from course.toolkit.alerts import Alert, AlertPolicy
 
 
 def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss=None):
@@ -270,7 +270,7 @@ def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss
 # The visible tests: a calm run, one spike, one NaN.
 
 # %% nbgrader={"grade": true, "grade_id": "test_observe_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course.grading import captured_warnings, switched_off
+from course.exercises.grading import captured_warnings, switched_off
 
 
 def fired(policy, sequence):
@@ -297,8 +297,8 @@ assert _got == [(12, "non-finite")], \
     f"a NaN loss at step 12 is one non-finite alert and nothing else (look at the non-finite path): got {_got}"
 ### BEGIN HIDDEN TESTS
 import random as _random
-from course.alerts import AlertPolicy as _Policy
-from course.grading import quiet as _quiet, switched_off as _switched_off
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import quiet as _quiet, switched_off as _switched_off
 
 
 def _sequence(seed, n=120):
@@ -348,8 +348,8 @@ for _seed in range(4):
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
 import random as _random
-from course.alerts import AlertPolicy as _Policy
-from course.grading import quiet as _quiet, switched_off as _switched_off
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import quiet as _quiet, switched_off as _switched_off
 
 
 def _bursts(seed, n=150):
@@ -395,8 +395,8 @@ assert _got[10] == [(10, "loss-spike")] and _got[11] == [(11, "grad-spike")] and
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
 import math as _math
-from course.alerts import AlertPolicy as _Policy
-from course.grading import quiet as _quiet, switched_off as _switched_off
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import quiet as _quiet, switched_off as _switched_off
 
 if True:
     with _quiet(), _switched_off(_Policy.observe):
@@ -449,7 +449,7 @@ if True:
 # control.
 
 # %% tags=["demo"]
-from course.alerts import replay_alerts
+from course.toolkit.alerts import replay_alerts
 
 for name, r in (("run with the spike", run), ("reference", reference)):
     alerts = replay_alerts(AlertPolicy(), r.history, r.val, observe=observe)
@@ -466,7 +466,7 @@ for name, r in (("run with the spike", run), ("reference", reference)):
 # NBVAL_IGNORE_OUTPUT
 from IPython.display import display
 
-from course.alerts import alert_explorer
+from course.toolkit.alerts import alert_explorer
 
 box, controls, output = alert_explorer(run.history, run.val, {"entropy rate": lang.entropy_rate},
                                        title="Alerts of the policy on the run with the spike")
@@ -485,7 +485,7 @@ display(box)
 # with the skip written to a log.
 
 # %% tags=["demo"]
-from course.replay import rewind_and_skip
+from course.lessons.replay import rewind_and_skip
 
 contained, skips = rewind_and_skip(pipe, folder, spike, rewind=50, n_skip=80, steps=110)
 for s in skips:
@@ -515,7 +515,7 @@ prediction = None  # your guess: the number of ordinary (not corrupted) batches 
 
 # %% tags=["demo"]
 from course.bugs.spike import REPEATED_TOKEN, is_corrupted
-from course.replay import data_digest, token_counts
+from course.lessons.replay import data_digest, token_counts
 
 rewound_at = skips[0].at_step
 seen = {"original": [log.batch[s] for s in range(rewound_at, 360)],
@@ -541,7 +541,7 @@ reveal("ordinary batches the original run saw and the skipped run never does", p
 # data (the same indices spike from any state, other indices from the same state do not), and the
 # correlation plot said what is wrong with it (one token fills the whole batch). So the fix belongs in
 # the data stream: a check that every batch must pass before the loop may train on it, and a logged
-# decision for each batch it removes. `course.replay.Quarantine` wraps a `batches` part: data index
+# decision for each batch it removes. `course.lessons.replay.Quarantine` wraps a `batches` part: data index
 # `i` of the guarded stream is the `i`-th source batch that passed the check, and every rejection is
 # logged once. Until the first rejection the guarded stream is the original one, so the checkpoint of
 # step 300 (saved before the spike) is still a valid state to resume from.
@@ -550,8 +550,8 @@ reveal("ordinary batches the original run saw and the skipped run never does", p
 # what ordinary batches look like on this statistic.
 
 # %% tags=["demo"]
-from course.replay import Quarantine, checkpoint_path
-from course.train import resume, train_steps
+from course.lessons.replay import Quarantine, checkpoint_path
+from course.reference.train import resume, train_steps
 
 
 def one_token_floods(batch, limit=0.5):
@@ -597,7 +597,7 @@ plt.show()
 # because every rank applies the same averaged update. If one rank decides on its own to skip a step
 # (a local spike alert, a local "bad batch" rule), the replicas silently part ways: nothing crashes.
 #
-# `course.distributed.run_ranks` starts two processes with real `torch.distributed` (gloo, on
+# `course.lessons.distributed.run_ranks` starts two processes with real `torch.distributed` (gloo, on
 # 127.0.0.1): both train the same model on their halves of each batch and all-reduce the gradients. In
 # the second scenario rank 1 skips its update at step 3. After each step, both ranks all-reduce a
 # float64 parameter checksum (two numbers: the plain sum of the parameters and a sum weighted by a
@@ -613,7 +613,7 @@ plt.show()
 prediction = None  # your guess: "together", "same distance" or "further apart"
 
 # %% tags=["demo"]
-from course.distributed import run_ranks
+from course.lessons.distributed import run_ranks
 
 replicas = run_ranks({"both ranks step": [], "rank 1 skips step 3": [(1, 3)]}, steps=6)
 for name, r in replicas.items():
@@ -639,7 +639,7 @@ print("checksum verdict equals the direct comparison at every step, in both scen
 # the same on both sides, so both sums can come out unchanged, to the last bit).
 
 # %% tags=["demo"]
-from course.distributed import checksum
+from course.lessons.distributed import checksum
 
 model = SPIKE_PIPE.build_model(0)
 params = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
@@ -669,7 +669,7 @@ print(f"positions {i}, {i + 8}, {i + 16}, {i + 24} changed by +-{2 ** -6}: large
 import os
 import time
 
-from course.distributed import RankFailed
+from course.lessons.distributed import RankFailed
 
 t0 = time.perf_counter()
 try:
@@ -701,14 +701,14 @@ except RankFailed as err:
 # below), so *where* the spike comes says nothing about which it is. The pipeline below was drawn by
 # seed from `healthy` and these three, opaque: every part is a `<part>`, the settings are the healthy
 # ones, and its learning rate and seeds were drawn independently of the bug. All you can do is run it
-# and test it. `course.replay.MYSTERY_PIPE` is a small version of the recipe above, over 8 symbols so
+# and test it. `course.lessons.replay.MYSTERY_PIPE` is a small version of the recipe above, over 8 symbols so
 # that the model has learned most of the language by step 60 (one training run of `MYSTERY_STEPS` = 75
 # steps takes about half a second); `train_history` below trains one.
 
 # %%
-from course import mystery
-from course.replay import MYSTERY_CANDIDATES, MYSTERY_PIPE, MYSTERY_STEPS
-from course.train import start
+from course.exercises import mystery
+from course.lessons.replay import MYSTERY_CANDIDATES, MYSTERY_PIPE, MYSTERY_STEPS
+from course.reference.train import start
 
 mine = mystery.draw(MYSTERY_CANDIDATES, seed=6, base=MYSTERY_PIPE)
 
@@ -734,7 +734,7 @@ plt.show()
 # ### (a) A falsifying test (3 points)
 #
 # Write `detect(pipe) -> bool`: `True` when a run of `pipe` has a late loss spike, `False` when it does
-# not. Train it (`train_history`, or `course.replay.train_with_checkpoints`) and look at the losses.
+# not. Train it (`train_history`, or `course.lessons.replay.train_with_checkpoints`) and look at the losses.
 #
 # * **The noise it must tolerate.** The loss of a healthy draw falls quickly, then wobbles: a step's
 #   loss can be up to about 1.35 x the median of the 10 steps before it. Every bug of this family pushes
@@ -745,7 +745,7 @@ plt.show()
 #   configurations and with a bug of this family you have not been shown. Return a `bool` (numpy and
 #   torch bools are accepted).
 # * You may use your own `observe` (`replay_alerts(AlertPolicy(...), history, observe=observe)`); the
-#   package's `AlertPolicy.observe`, `course.replay.spike_alerts` and `course.replay.spike_symptom`,
+#   package's `AlertPolicy.observe`, `course.lessons.replay.spike_alerts` and `course.lessons.replay.spike_symptom`,
 #   and the mystery module's `reveal`, `touched`, `draw` and `make` are switched off while your
 #   function is graded. Keep it to at most three training runs of 75 steps per call.
 
@@ -766,10 +766,10 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-from course import mystery as _mystery
-from course.alerts import AlertPolicy as _Policy
-from course.grading import assert_detector
-from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+from course.exercises import mystery as _mystery
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import assert_detector
+from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 assert_detector(detect, healthy={"healthy draw": _mystery.make("healthy", 1, _BASE)},
@@ -787,10 +787,10 @@ assert_detector(detect, healthy={"a fresh healthy draw": _mystery.make("healthy"
 # %% nbgrader={"grade": true, "grade_id": "test_detect_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import mystery as _mystery
-from course.alerts import AlertPolicy as _Policy
-from course.grading import assert_detector
-from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+from course.exercises import mystery as _mystery
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import assert_detector
+from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _salt = "h04-d7e"
@@ -810,7 +810,7 @@ assert_detector(detect,
 #
 # This is the replay experiment from the start of the notebook: resume a state from *before* the spike
 # on *other* data indices (`train_with_checkpoints`, `last_good` and `replay(..., skip=...)` from
-# `course.replay`, or `train_history(pipe, skip=...)`) and see whether the spike comes back. Checkpoint
+# `course.lessons.replay`, or `train_history(pipe, skip=...)`) and see whether the spike comes back. Checkpoint
 # well before the spike: the state right after a shard is already damaged. Graded on fresh, salted
 # draws of every bug of the family, one of them never shown to you (it is an optimizer bug); the same
 # functions as in (a) are switched off. Return one of the three strings.
@@ -818,7 +818,7 @@ assert_detector(detect,
 # %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
 import tempfile
 
-from course.replay import last_good, replay, train_with_checkpoints
+from course.lessons.replay import last_good, replay, train_with_checkpoints
 
 
 def name_cause(pipe):
@@ -834,10 +834,10 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-from course import mystery as _mystery
-from course.alerts import AlertPolicy as _Policy
-from course.grading import assert_names
-from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+from course.exercises import mystery as _mystery
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import assert_names
+from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 assert_names(name_cause, {"corrupted-shard draw": (_mystery.make("corrupted-shard", 12, _BASE), "data"),
@@ -855,10 +855,10 @@ assert_names(name_cause, {"fresh draw 0": (_mystery.make("lr-burst", 63, _BASE, 
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import mystery as _mystery
-from course.alerts import AlertPolicy as _Policy
-from course.grading import assert_names
-from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+from course.exercises import mystery as _mystery
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import assert_names
+from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _salt = "h04-n3a"
@@ -874,19 +874,19 @@ assert_names(name_cause, {f"hidden draw {i}": (_mystery.make(b, 1 + i, _BASE, sa
 # return `pipe` with the broken part replaced and every other part and setting left as it is. The
 # reference parts: the data stream is `batches=None` (the reference stream; or wrap the broken stream
 # in a `Quarantine` with a check that catches what is wrong), the optimizer factory is
-# `course.pipeline.adamw`. You may use your `name_cause`, or compare the draw's batches with the
-# reference stream (`course.train.batch_at(pipe, 0, i)` against
+# `course.reference.pipeline.adamw`. You may use your `name_cause`, or compare the draw's batches with the
+# reference stream (`course.reference.train.batch_at(pipe, 0, i)` against
 # `batch_at(pipe.replace(batches=None), 0, i)`): calling a part is a test, and allowed.
 #
-# Graded by behaviour on fresh draws of each of the three bugs (`course.mystery.check_fix`): the fixed
+# Graded by behaviour on fresh draws of each of the three bugs (`course.exercises.mystery.check_fix`): the fixed
 # pipeline may differ from the draw only in the broken part; trained on a fresh seed, the alert policy
 # that grades it (loss-spike alerts at 1.4 x the median of the last 10 steps) must stay quiet; and at
 # least 90% of its first 75 batches must be ordinary data (removing bad batches is fine, replacing the
 # data is not). Never compared with a stored number. The same functions as in (a) are switched off.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
-import course.pipeline
-from course.train import batch_at
+import course.reference.pipeline
+from course.reference.train import batch_at
 
 
 def fix(pipe):
@@ -896,13 +896,13 @@ def fix(pipe):
         a, b = batch_at(pipe, 0, i), batch_at(reference, 0, i)
         if not (torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)):
             return reference  # the data part is broken: back to the reference stream
-    return pipe.replace(optimizer_factory=course.pipeline.adamw)
+    return pipe.replace(optimizer_factory=course.reference.pipeline.adamw)
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-from course import mystery as _mystery
-from course.alerts import AlertPolicy as _Policy
-from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+from course.exercises import mystery as _mystery
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE)], lambda p: _spike_symptom(p, seed=7),
@@ -918,9 +918,9 @@ _mystery.check_fix(fix, [_mystery.make("lr-burst", 65, _BASE, salt="h-04-v2f")],
 # %% nbgrader={"grade": true, "grade_id": "test_fix_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import mystery as _mystery
-from course.alerts import AlertPolicy as _Policy
-from course.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
+from course.exercises import mystery as _mystery
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _salt = "h04-f9c"

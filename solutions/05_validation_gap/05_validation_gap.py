@@ -44,8 +44,9 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # %%
 from course import ModelConfig, Pipeline
 from course.bugs import inject
-from course.train import evaluate
-from course import valgap, overlap
+from course.reference.train import evaluate
+from course.lessons import valgap
+from course.toolkit import overlap
 
 BASE = Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                           n_train=4096, n_val=256, batch_size=16, steps=150, lr=3e-2, warmup=10)
@@ -131,8 +132,8 @@ prediction = None  # your guess: how many of the 10 outputs F.dropout(x, 0.5) ch
 
 # %%
 import torch.nn as nn
-from course.model import FunctionalDropout
-from course.record import reveal
+from course.reference.model import FunctionalDropout
+from course.exercises.record import reveal
 
 ones = torch.ones(10)
 print("nn.Dropout(0.5) after .eval():      ", nn.Dropout(0.5).eval()(ones).tolist())
@@ -154,7 +155,7 @@ reveal("outputs F.dropout still changes after .eval()", prediction, int((functio
 prediction = None  # your guess: "higher", "lower" or "the same" than the reference
 
 # %% tags=["demo"]
-from course.train import train
+from course.reference.train import train
 
 DROP = BASE.replace(model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1), steps=200)
 drop_run = train(DROP, eval_every=0, progress=True)
@@ -282,7 +283,7 @@ for name, p in {"healthy split": BASE, "fresh windows": valgap.fresh(BASE),
 # Write `shingle_jaccard(a, b, n)`: the Jaccard similarity |A ∩ B| / |A ∪ B| of the **sets** of
 # contiguous `n`-token tuples of the sequences `a` and `b` (lists or 1-D tensors of ints). A sequence
 # shorter than `n` has no shingles; return `0.0` when both sets are empty. Return a Python `float` (a
-# 0-d tensor is accepted too); it is compared to 1e-9. `course.overlap.shingle_jaccard` is switched
+# 0-d tensor is accepted too); it is compared to 1e-9. `course.toolkit.overlap.shingle_jaccard` is switched
 # off while this is graded.
 
 # %% nbgrader={"grade": false, "grade_id": "shingle_jaccard", "locked": false, "schema_version": 3, "solution": true}
@@ -297,8 +298,8 @@ def shingle_jaccard(a, b, n):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_shingle_jaccard", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import overlap as _overlap
-from course.grading import captured_warnings as _captured, switched_off as _off
+from course.toolkit import overlap as _overlap
+from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
 with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max_jaccard):
     assert shingle_jaccard([1, 2, 3, 4], [1, 2, 3, 4], 2) == 1.0, "identical sequences have Jaccard 1"
@@ -400,7 +401,7 @@ print("random window split:", overlap.audit(windows[perm[cut:]], windows[perm[:c
 # every item is in exactly one, no group has items in both, and about `val_fraction` of the *groups*
 # (at least one, never all) go to validation (within one group of `val_fraction` × the number of
 # groups). The same seed must give the same split; different seeds should give different splits.
-# `course.overlap.group_split` is switched off while this is graded; warnings are shown, not counted.
+# `course.toolkit.overlap.group_split` is switched off while this is graded; warnings are shown, not counted.
 
 # %% nbgrader={"grade": false, "grade_id": "group_split", "locked": false, "schema_version": 3, "solution": true}
 def group_split(groups, val_fraction, seed):
@@ -413,8 +414,8 @@ def group_split(groups, val_fraction, seed):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_group_split", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import overlap as _overlap
-from course.grading import captured_warnings as _captured, switched_off as _off
+from course.toolkit import overlap as _overlap
+from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
 def _check_group_split(groups, fraction, seed):
     with _captured(), _off(_overlap.group_split):
@@ -490,7 +491,7 @@ reveal("4096 training windows: fit on train + val, against fit on train", predic
 #
 # ## Exercise 3: a mystery pipeline
 #
-# Now you debug. Below are seven pipelines drawn by `course.mystery.draw` from this notebook's bug
+# Now you debug. Below are seven pipelines drawn by `course.exercises.mystery.draw` from this notebook's bug
 # family: each is healthy or carries one bug, and nothing you can read says which. Every part is an
 # opaque `<part>` (the same type and repr whether healthy or broken), every setting shows the healthy
 # value (a bug that the catalogue writes as a setting, such as a small training set, lives inside a
@@ -502,7 +503,7 @@ reveal("4096 training windows: fit on train + val, against fit on train", predic
 # pipeline once and remembers the run, so your test, your namer and your fix can share it.
 
 # %%
-from course import mystery
+from course.exercises import mystery
 
 MBASE = BASE.replace(model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
                      n_train=2048, n_val=256, steps=45)
@@ -545,7 +546,7 @@ for name, p in mysteries.items():
 # disagrees with the reference, validation sharing windows with training, overfitting, a shifted
 # validation split), `False` for a healthy pipeline. Return a Python or torch bool. Graded like a
 # test suite: it must be quiet on every healthy draw and fire on every broken one, including bugs of
-# this family you have not seen and draws with other seeds. `course.mystery.reveal`, `draw`, `make`,
+# this family you have not seen and draws with other seeds. `course.exercises.mystery.reveal`, `draw`, `make`,
 # `touched`, `valgap.eval_path_check` and `valgap.problems` are switched off while it runs.
 
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
@@ -567,8 +568,9 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, valgap as _valgap
-from course.grading import assert_detector as _assert_detector
+from course.exercises import mystery as _mystery
+from course.lessons import valgap as _valgap
+from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _valgap.eval_path_check, _valgap.problems)
 _answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
@@ -616,8 +618,9 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, valgap as _valgap
-from course.grading import assert_names as _assert_names
+from course.exercises import mystery as _mystery
+from course.lessons import valgap as _valgap
+from course.exercises.grading import assert_names as _assert_names
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _valgap.eval_path_check, _valgap.problems)
 _KIND = {"healthy": "healthy", "eval-label-smoothing": "eval-bug", "eval-loss-per-sequence": "eval-bug",
@@ -646,7 +649,7 @@ _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 #
 # | field | reference value |
 # |---|---|
-# | `eval_mode` | `course.pipeline.set_eval_mode` |
+# | `eval_mode` | `course.reference.pipeline.set_eval_mode` |
 # | `eval_loss_fn` | `None` (the eval path uses the training loss) |
 # | `val_source` | `None` (a held-out split drawn from the training source with the pipeline's `val_seed`) |
 # | `batches` | `None` (the epoch-wise shuffles of the whole training set) |
@@ -659,17 +662,17 @@ _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 # (`valgap.problems`) must be quiet. No stored number is compared.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
-import course.pipeline
+import course.reference.pipeline
 
 def fix(pipe):
     ### BEGIN SOLUTION
     cause = name_cause(pipe)
     if cause == "eval-bug":
         model = pipe.build_model(0)
-        probe = valgap.training_probe(pipe, 64).replace(eval_mode=course.pipeline.set_eval_mode)
+        probe = valgap.training_probe(pipe, 64).replace(eval_mode=course.reference.pipeline.set_eval_mode)
         first, again = evaluate(model, probe), evaluate(model, probe)
         if first == again == valgap.reference_loss(model, probe, "val"):
-            return pipe.replace(eval_mode=course.pipeline.set_eval_mode)
+            return pipe.replace(eval_mode=course.reference.pipeline.set_eval_mode)
         return pipe.replace(eval_loss_fn=None)
     if cause in ("shift", "leakage"):
         return pipe.replace(val_source=None)
@@ -679,7 +682,8 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, valgap as _valgap
+from course.exercises import mystery as _mystery
+from course.lessons import valgap as _valgap
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 
 _OFF = (_valgap.eval_path_check, _valgap.problems)  # check_fix also switches off reveal, draw, make, touched

@@ -41,7 +41,7 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # ## Where a step's time goes
 #
 # A small version of the course pipeline (one layer, 16-token windows, batches of 16). The training
-# loop (`course.train.train_steps`) times seven phases of every step and keeps them in `run.phases`:
+# loop (`course.reference.train.train_steps`) times seven phases of every step and keeps them in `run.phases`:
 # `data` (fetch and collate the batch), `fwd` (forward and loss), `bwd` (backward, gradient norm,
 # clipping), `opt` (optimizer and scheduler, and copies of the parameters for the update size), then three parts of the pipeline that run after the
 # update: `log` (`log_step`), `ckpt` (`checkpoint`) and `eval` (evaluation, when `eval_due` says so).
@@ -53,11 +53,11 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 
 # %%
 from course import ModelConfig, Pipeline
-from course import throughput
+from course.lessons import throughput
 from course.bugs import inject
-from course.phases import PHASES
-from course.record import reveal
-from course.train import start, train_steps
+from course.toolkit.phases import PHASES
+from course.exercises.record import reveal
+from course.reference.train import start, train_steps
 
 BASE = Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                           n_train=2048, n_val=128, batch_size=16, steps=48, lr=3e-2, warmup=10)
@@ -83,12 +83,12 @@ print({p: round(1e3 * m, 3) for p, m in throughput.phase_medians(healthy_wall).i
 # ## A clock that does not depend on this machine
 #
 # Wall-clock times move with the load of the machine; a grader that compared them would flake. So
-# this notebook also runs the same loop under `course.phases.CostModel`: a **seeded model** of what
+# this notebook also runs the same loop under `course.toolkit.phases.CostModel`: a **seeded model** of what
 # each phase costs (proportional to the positions computed and the parameters updated, with ±15%
 # noise per phase, a slow first step, and a few isolated slow steps, as a shared machine has). A
 # bug's extra work is charged to the clock that runs: a slow disk, a device synchronisation or a
 # stalled data server *sleeps* under the real clock and is *added* under the cost model. Read the
-# docstrings of `course.phases.CostModel` and `course.bugs.throughput` for the numbers.
+# docstrings of `course.toolkit.phases.CostModel` and `course.bugs.throughput` for the numbers.
 # `throughput.traced(pipe, seed)` trains a pipeline for 24 steps under the cost model and remembers
 # the run.
 
@@ -312,7 +312,7 @@ print("where each saved piece comes from:", provenance(copied))
 import copy
 import threading
 
-from course.throughput import AsyncSaver
+from course.lessons.throughput import AsyncSaver
 
 run = train_steps(start(BASE, seed=0), 4, eval_every=0)
 saver, hold = AsyncSaver(throughput.snapshot), threading.Event()
@@ -348,8 +348,8 @@ def take_snapshot(model, optimizer):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_take_snapshot", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import throughput as _throughput
-from course.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
+from course.lessons import throughput as _throughput
+from course.exercises.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
 
 def _race_ok(pipe, save_at, steps_after, label):
     with _captured_warnings(), _switched_off(_throughput.snapshot):
@@ -409,14 +409,14 @@ plt.show()
 #
 # ## Exercise 2: a mystery pipeline
 #
-# Now you debug. Below are six pipelines drawn by `course.mystery.draw` from this notebook's bug
+# Now you debug. Below are six pipelines drawn by `course.exercises.mystery.draw` from this notebook's bug
 # family: each is healthy or carries one bug, and nothing you can read says which (every part is an
 # opaque `<part>`; each draw has its own seeds, learning rate and warm-up, and every other setting
 # is the base's). `throughput.traced(pipe)` gives you its run under the cost model (24 steps; `run.phases`,
 # `run.history`), and `throughput.traced(MBASE)` a healthy baseline of the same shape.
 
 # %%
-from course import mystery
+from course.exercises import mystery
 
 MBASE = BASE
 CANDIDATES = ("healthy", "sync-checkpoint-every-k", "eval-every-step", "item-per-parameter-logging",
@@ -443,7 +443,7 @@ plt.show()
 # Write `detect(pipe) -> bool`: `True` if a phase of `pipe`'s traced run is slow on several steps
 # against the healthy baseline, `False` for a healthy pipeline. Return a Python or torch bool. Graded
 # like a test suite: quiet on every healthy draw and firing on every broken one, including bugs of
-# this family that are not among the candidates drawn above and draws with other seeds. `course.mystery.reveal`, `draw`, `make`,
+# this family that are not among the candidates drawn above and draws with other seeds. `course.exercises.mystery.reveal`, `draw`, `make`,
 # `touched`, `throughput.regressions`, `throughput.slow_phase` and `throughput.problems` are switched
 # off while it runs.
 
@@ -460,8 +460,9 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, throughput as _throughput
-from course.grading import assert_detector as _assert_detector
+from course.exercises import mystery as _mystery
+from course.lessons import throughput as _throughput
+from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _throughput.regressions,
         _throughput.slow_phase, _throughput.problems)
@@ -500,8 +501,9 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, throughput as _throughput
-from course.grading import assert_names as _assert_names
+from course.exercises import mystery as _mystery
+from course.lessons import throughput as _throughput
+from course.exercises.grading import assert_names as _assert_names
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _throughput.regressions,
         _throughput.slow_phase, _throughput.problems)
@@ -529,11 +531,11 @@ _assert_names(name_cause, _cases, "slow phase (fresh draws)", off=_OFF)
 #
 # | slow phase | field | reference value |
 # |---|---|---|
-# | checkpoint | `checkpoint` | `course.phases.no_checkpoint` |
-# | eval | `eval_due` | `course.phases.eval_on_schedule` |
-# | logging | `log_step` | `course.phases.log_nothing` |
+# | checkpoint | `checkpoint` | `course.toolkit.phases.no_checkpoint` |
+# | eval | `eval_due` | `course.toolkit.phases.eval_on_schedule` |
+# | logging | `log_step` | `course.toolkit.phases.log_nothing` |
 # | data | `batches` | `None` (the reference batch stream) |
-# | data | `collate` | `course.data.next_token_batch` |
+# | data | `collate` | `course.toolkit.batch.next_token_batch` |
 #
 # A slow data phase lives in the batch stream *or* in the collate function, not both: test which
 # (replace one, trace again, and see whether the slowdown is gone). Graded by behaviour on fresh draws
@@ -542,8 +544,8 @@ _assert_names(name_cause, _cases, "slow phase (fresh draws)", off=_OFF)
 # (`throughput.problems` against a healthy baseline). No stored number is compared.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
-from course.data import next_token_batch
-from course.phases import eval_on_schedule, log_nothing, no_checkpoint
+from course.toolkit.batch import next_token_batch
+from course.toolkit.phases import eval_on_schedule, log_nothing, no_checkpoint
 
 def fix(pipe):
     ### BEGIN SOLUTION
@@ -561,7 +563,8 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, throughput as _throughput
+from course.exercises import mystery as _mystery
+from course.lessons import throughput as _throughput
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 
 _OFF = (_throughput.regressions, _throughput.slow_phase, _throughput.problems)  # check_fix also switches off reveal, draw, make, touched
@@ -669,7 +672,7 @@ print(f"measured 256x256 matmul rate {rate / 1e9:.2f} GFLOP/s; achieved {counted
 # ### What instrumentation costs
 #
 # Measuring can change what is measured. `throughput.overhead` switches per-layer telemetry
-# (`course.telemetry`: a clone of every parameter before the update, then seven statistics per
+# (`course.toolkit.telemetry`: a clone of every parameter before the update, then seven statistics per
 # parameter tensor, eight `.item()` calls since the update size takes two) on and off in
 # alternating blocks of one run and compares the median step times (a ratio within one run, so a
 # steady load on the machine cancels):

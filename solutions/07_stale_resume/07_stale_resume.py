@@ -49,9 +49,11 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # (`optimizer.load_state_dict`, `scheduler.load_state_dict`; in the catalogue, `stale-lr-resume`).
 
 # %%
-from course import ModelConfig, Pipeline, checkpoint, manifest
+from course import ModelConfig, Pipeline
+from course.reference import checkpoint
+from course.lessons import manifest
 from course.bugs import inject
-from course.train import resume, start, train_steps
+from course.reference.train import resume, start, train_steps
 
 BASE = Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
                           n_train=2048, n_val=64, batch_size=16, steps=200, lr=1e-2, warmup=10)
@@ -83,7 +85,7 @@ print(f"yesterday: loss at step 199 {run_a.history['loss'][-1]:.4f}, validation 
 prediction = None  # your guess: a number from 0 to 100
 
 # %% tags=["demo"]
-from course.record import reveal
+from course.exercises.record import reveal
 
 run_b = resume(OLD.replace(lr=NEW_LR), checkpoint.latest_good(yesterday_dir))
 train_steps(run_b, 100, eval_every=50)
@@ -219,7 +221,7 @@ SCALE = 1.0
 # `"config"`, `"data"`, `"environment"`) whose entries differ, the **sorted list** of entry names that
 # were added, removed or changed between the two manifests. Leave out components that agree (an empty
 # list is accepted too) and ignore the `run` block, which differs for every run. Return a `dict`.
-# `course.manifest.diff` is switched off while this is graded.
+# `course.lessons.manifest.diff` is switched off while this is graded.
 
 # %% nbgrader={"grade": false, "grade_id": "manifest_diff", "locked": false, "schema_version": 3, "solution": true}
 def manifest_diff(old, new):
@@ -234,8 +236,8 @@ def manifest_diff(old, new):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_manifest_diff", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import manifest as _manifest
-from course.grading import captured_warnings as _captured, switched_off as _off
+from course.lessons import manifest as _manifest
+from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
 def _normal(answer):
     assert isinstance(answer, dict), f"return a dict of component -> list of entry names, not {type(answer).__name__}"
@@ -284,11 +286,11 @@ print("yesterday -> today:", manifest_diff(manifest_a, manifest_b))
 #
 # The loop logs, per step, the learning rate the optimizer actually used (`history["lr"]`). The
 # configuration says what it should have used: `pipe.lr` times the schedule's factor at that step
-# (`course.pipeline.warmup_then_linear`). `lr_gap` is the largest relative difference between the
+# (`course.reference.pipeline.warmup_then_linear`). `lr_gap` is the largest relative difference between the
 # two over a range of steps: the check that sees a stale resume.
 
 # %%
-from course.pipeline import warmup_then_linear
+from course.reference.pipeline import warmup_then_linear
 
 def lr_gap(run, pipe, first):
     """Largest |used - configured| / configured over the steps from `first` on."""
@@ -383,7 +385,7 @@ for name, make in {"LambdaLR": lambda o: LambdaLR(o, lambda s: 0.9 ** s),
 # A quick fix that happens to work on one scheduler is still fragile: it depends on which scheduler
 # the pipeline uses, and a chainable scheduler's restored `base_lrs` still hold yesterday's rate. The
 # fix belongs where the state is restored: the pipeline's `restore` part (the function
-# `course.train.resume` hands the loaded checkpoint to). The reference, `checkpoint.restore_state`, loads everything, then puts back the configured hyperparameters and
+# `course.reference.train.resume` hands the loaded checkpoint to). The reference, `checkpoint.restore_state`, loads everything, then puts back the configured hyperparameters and
 # base rates and recomputes the current rate from them. The same check, re-run:
 
 # %% tags=["demo"]
@@ -469,7 +471,7 @@ explorer
 prediction = None  # your guess: True or False
 
 # %% tags=["demo"]
-from course.train import checkpoint_state
+from course.reference.train import checkpoint_state
 
 naive_dir = checkpoint.new_run_dir(ROOT, "naive")
 checkpoint.naive_save(checkpoint_state(run_a), naive_dir / "latest.pt")
@@ -534,7 +536,7 @@ for _ in range(3):
 # %% [markdown]
 # ## Exercise 2: a mystery pipeline
 #
-# Now you debug. Below are seven pipelines drawn by `course.mystery.draw` from this notebook's bug
+# Now you debug. Below are seven pipelines drawn by `course.exercises.mystery.draw` from this notebook's bug
 # family: each is healthy or resumes wrongly in one way, and nothing you can read says which. Every
 # part is an opaque `<part>`, every setting shows the healthy value, and each draw has its own seeds
 # and learning rate. They are small (one layer, dropout 0.1, 16-token windows, a 40-step schedule),
@@ -560,7 +562,7 @@ for _ in range(3):
 import dataclasses
 import io
 
-from course import mystery
+from course.exercises import mystery
 
 MBASE = BASE.replace(n_train=1024, steps=40, warmup=5)
 CANDIDATES = ("healthy", "stale-lr-resume", "optimizer-state-dropped", "scheduler-dropped", "rng-dropped",
@@ -588,7 +590,7 @@ for name, p in mysteries.items():
 # learning rate does not use the new configuration's rates), `False` if it resumes correctly. Return a
 # Python or torch bool. Graded like a test suite: quiet on every healthy draw, firing on every broken
 # one, including ways of resuming wrongly that you have not seen and draws with other seeds.
-# `course.mystery.reveal`, `draw`, `make`, `touched` and `checkpoint.resume_check` are switched off.
+# `course.exercises.mystery.reveal`, `draw`, `make`, `touched` and `checkpoint.resume_check` are switched off.
 
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
@@ -604,8 +606,9 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import checkpoint as _ck, mystery as _mystery
-from course.grading import assert_detector as _assert_detector
+from course.reference import checkpoint as _ck
+from course.exercises import mystery as _mystery
+from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _ck.resume_check)
 _answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
@@ -653,8 +656,9 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import checkpoint as _ck, mystery as _mystery
-from course.grading import assert_names as _assert_names
+from course.reference import checkpoint as _ck
+from course.exercises import mystery as _mystery
+from course.exercises.grading import assert_names as _assert_names
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _ck.resume_check)
 _KIND = {"healthy": "healthy", "stale-lr-resume": "stale-lr", "stale-schedule-resume": "stale-lr",
@@ -676,7 +680,7 @@ _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 # %% [markdown]
 # ### (c) The fix
 #
-# The stale resume lives in the `restore` part: `course.train.resume(pipe, path)` starts a fresh run
+# The stale resume lives in the `restore` part: `course.reference.train.resume(pipe, path)` starts a fresh run
 # of `pipe` (model, optimizer and scheduler built from `pipe`'s config) and calls
 # `pipe.restore(run, ckpt)` with the loaded checkpoint, a dict with the keys `"model"`,
 # `"optimizer"`, `"scheduler"` (the three state dicts), `"torch_rng"`, `"step"`, `"data_offset"`,
@@ -723,11 +727,12 @@ def fix(pipe):
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 import io as _io
-from course import checkpoint as _ck, mystery as _mystery
+from course.reference import checkpoint as _ck
+from course.exercises import mystery as _mystery
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 from course.bugs import resume as _bugs_resume
-from course.grading import SwitchedOff as _SwitchedOff, switched_off as _switched_off
-from course.train import resume as _resume, start as _start, train_steps as _steps
+from course.exercises.grading import SwitchedOff as _SwitchedOff, switched_off as _switched_off
+from course.reference.train import resume as _resume, start as _start, train_steps as _steps
 
 _mbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
                              n_train=1024, n_val=64, batch_size=16, steps=40, lr=1e-2, warmup=5)

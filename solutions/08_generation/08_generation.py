@@ -46,8 +46,8 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # %%
 from course import ModelConfig, Pipeline
 from course.bugs import inject
-from course.train import train, evaluate
-from course import generate as G
+from course.reference.train import train, evaluate
+from course.lessons import generate as G
 
 BASE = Pipeline().replace(n_symbols=8, seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                           n_train=4096, n_val=256, batch_size=32, steps=300, lr=3e-2, warmup=10)
@@ -79,7 +79,7 @@ for name, (p, model) in {"healthy": (BASE, MODEL), "causal mask off": (maskoff_p
           f"samples (T = 1) under the true chain {symptom[name][1]:.3f} nats per token")
 
 # %% tags=["demo"]
-from course.record import reveal
+from course.exercises.record import reveal
 
 tf = symptom["causal mask off"][0]
 reveal("causal mask off, teacher-forced loss against the window floor", prediction, "below" if tf < floor else "above")
@@ -416,7 +416,7 @@ for name, (p, model) in {"causal mask off": (maskoff_pipe, maskoff_run.model), "
 # %% [markdown]
 # ## Exercise: a mystery generator
 #
-# Now you debug. Below are seven pipelines drawn by `course.mystery.draw`: each is healthy or carries
+# Now you debug. Below are seven pipelines drawn by `course.exercises.mystery.draw`: each is healthy or carries
 # one bug of the generation path, and nothing you can read says which. Every part is an opaque
 # `<part>`, every setting shows the healthy value (the causal mask, a model setting in the catalogue,
 # lives inside the model-preparation part), and each draw has its own seeds and learning rate. The
@@ -428,7 +428,7 @@ for name, (p, model) in {"causal mask off": (maskoff_pipe, maskoff_run.model), "
 # gives a sampler known logits.
 
 # %%
-from course import mystery
+from course.exercises import mystery
 
 MBASE = BASE
 CANDIDATES = ("healthy", "causal-mask-off", "kv-cache-position-offset", "kv-cache-not-appended",
@@ -474,7 +474,7 @@ for name, p in mysteries.items():
 # max error in Test 3 is about 20 times the healthy one's (the ratio is printed there), some 7 times
 # the threshold. Graded like a test
 # suite: quiet on every healthy draw, firing on every broken one, including bugs of this family you
-# have not seen and draws with other seeds. `course.mystery.reveal`, `draw`, `make`, `touched`, and
+# have not seen and draws with other seeds. `course.exercises.mystery.reveal`, `draw`, `make`, `touched`, and
 # `G.consistency_problems`, `G.cache_gap`, `G.recompute_logits`, `G.future_perturbation`,
 # `G.sampler_error`, `G.generator_problems` are switched off while it runs.
 
@@ -498,8 +498,9 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, generate as _G
-from course.grading import assert_detector as _assert_detector
+from course.exercises import mystery as _mystery
+from course.lessons import generate as _G
+from course.exercises.grading import assert_detector as _assert_detector
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=4096, n_val=256, batch_size=32, steps=300, lr=3e-2, warmup=10)
@@ -552,8 +553,9 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, generate as _G
-from course.grading import assert_names as _assert_names
+from course.exercises import mystery as _mystery
+from course.lessons import generate as _G
+from course.exercises.grading import assert_names as _assert_names
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=4096, n_val=256, batch_size=32, steps=300, lr=3e-2, warmup=10)
@@ -647,9 +649,10 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_my_generate", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, generate as _G
-from course.grading import SwitchedOff as _SwitchedOff
-from course.train import train as _train
+from course.exercises import mystery as _mystery
+from course.lessons import generate as _G
+from course.exercises.grading import SwitchedOff as _SwitchedOff
+from course.reference.train import train as _train
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=4096, n_val=256, batch_size=32, steps=300, lr=3e-2, warmup=10)

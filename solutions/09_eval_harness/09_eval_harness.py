@@ -38,16 +38,18 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # %% [markdown]
 # ## A text with known answers, and a model trained on it
 #
-# The text is a first-order Markov chain over 16 pseudo-words (`course.harness.WORDS`), written with
+# The text is a first-order Markov chain over 16 pseudo-words (`course.lessons.harness.WORDS`), written with
 # one space between words and one document per line. The tokenizer works like a BPE tokenizer: a word
 # inside a line is one token *with its leading space* (`" ka"`), and a word at the start of a line is
 # another token without it (`"ka"`). The newline and the two template words `"Question"` and
 # `"Answer"` are tokens too (`harness.VOCAB`); any other printable character is a token of its own.
 
 # %%
-from course import Pipeline, harness, mystery
+from course import Pipeline
+from course.lessons import harness
+from course.exercises import mystery
 from course.bugs import inject
-from course.record import reveal
+from course.exercises.record import reveal
 
 lang = harness.language()
 line = harness.corpus(1, seed=7).strip()
@@ -130,7 +132,7 @@ print(f"ranked by P(option | question) / P(option): acc {with_se(bayes_right)}")
 #
 # A colleague evaluates the same model with a harness set up for another task (three-shot, as their
 # leaderboard does). `HEALTHY` is the reference pipeline: its `eval_*` parts are the harness stages
-# described in `course.harness`.
+# described in `course.lessons.harness`.
 #
 # **Predict.** The model's held-out loss (printed above) is well below the no-context loss and
 # 0.17 nats per token above the chain's floor. What `acc` will the
@@ -190,8 +192,8 @@ def option_logprob(model, context, choice, delimiter=" "):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_option_logprob", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import harness as _h
-from course.grading import captured_warnings as _captured, switched_off as _off
+from course.lessons import harness as _h
+from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
 def _ref(ctx, choice, delim):
     return _h.score_continuations(model, [_h.encode(ctx)], [_h.encode(delim + choice)])[0]
@@ -283,8 +285,8 @@ def accuracies(lls, choices, gold):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_accuracies", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import harness as _h
-from course.grading import captured_warnings as _captured, switched_off as _off
+from course.lessons import harness as _h
+from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
 with _captured(), _off(_h.accuracies, _h.correct_per_item):
     _a = accuracies([[-2.0, -3.0], [-4.0, -1.0]], [["ab", "cd"], ["ab", "cd"]], [0, 0])
@@ -517,8 +519,8 @@ def significantly_better(a, b):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_significantly_better", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import harness as _h
-from course.grading import assert_detector as _assert_detector
+from course.lessons import harness as _h
+from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_h.significantly_better, _h.paired_bootstrap, _h.bootstrap_ci, _h.unpaired_bootstrap)
 _noise, _real = _h.judge_cases("")
@@ -629,7 +631,7 @@ for n in (3, 8, 13):
 #
 # ## Exercise 4: a mystery harness
 #
-# Below are eight pipelines drawn by `course.mystery.draw` from this notebook's bug family (healthy
+# Below are eight pipelines drawn by `course.exercises.mystery.draw` from this notebook's bug family (healthy
 # draws among them). Every part is an opaque `<part>`, every setting looks healthy, and each draw has
 # its own seeds. Their three-shot scores with the model above:
 
@@ -670,7 +672,7 @@ for name, p in mysteries.items():
 # Write `detect(pipe) -> bool`: `True` if any harness stage of `pipe` breaks its specification, `False`
 # for a healthy pipeline. Return a Python or torch bool. Graded like a test suite: quiet on every
 # healthy draw, firing on every broken one, including bugs of this family that are not among the
-# draws above and draws with other seeds. `course.mystery.reveal`, `draw`, `make`, `touched` and `harness.problems`
+# draws above and draws with other seeds. `course.exercises.mystery.reveal`, `draw`, `make`, `touched` and `harness.problems`
 # are switched off while it runs.
 
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
@@ -688,8 +690,10 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import harness as _h, mystery as _mystery, Pipeline as _Pipeline
-from course.grading import assert_detector as _assert_detector
+from course.lessons import harness as _h
+from course.exercises import mystery as _mystery
+from course import Pipeline as _Pipeline
+from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _h.problems)
 _answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
@@ -734,8 +738,10 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import harness as _h, mystery as _mystery, Pipeline as _Pipeline
-from course.grading import assert_names as _assert_names
+from course.lessons import harness as _h
+from course.exercises import mystery as _mystery
+from course import Pipeline as _Pipeline
+from course.exercises.grading import assert_names as _assert_names
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _h.problems)
 _KIND = {"healthy": "healthy", "option-without-delimiter": "delimiter", "option-delimiter-doubled": "delimiter",
@@ -792,7 +798,9 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import harness as _h, mystery as _mystery, Pipeline as _Pipeline
+from course.lessons import harness as _h
+from course.exercises import mystery as _mystery
+from course import Pipeline as _Pipeline
 
 _OFF = (_h.problems,)  # check_fix also switches off reveal, draw, make, touched
 _fresh_items = _h.make_task(40, seed=31)

@@ -37,8 +37,8 @@ import matplotlib.pyplot as plt
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
-from course import amp
-from course.record import reveal
+from course.lessons import amp
+from course.exercises.record import reveal
 
 print("CUDA available:", torch.cuda.is_available())
 
@@ -253,8 +253,8 @@ def amp_step(model, optimizer, scaler, loss, clip):
 
 # %% nbgrader={"grade": true, "grade_id": "test_amp_step", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 import torch as _torch
-from course import amp as _amp
-from course.grading import captured_warnings as _cw, switched_off as _off
+from course.lessons import amp as _amp
+from course.exercises.grading import captured_warnings as _cw, switched_off as _off
 
 
 def _check_amp_step(seeds, clip):
@@ -358,7 +358,7 @@ for run_dtype, ls, name in ((torch.float16, BROKEN_SCALE, "broken, other batches
 # step 0 every loss is NaN whatever the batch. Each batch's loss on a fresh model, no update, says more:
 
 # %%
-from course.train import batch_at
+from course.reference.train import batch_at
 
 fresh_net = amp.ScaledLogits(BASE.build_model(0), BROKEN_SCALE)
 with torch.no_grad():
@@ -374,7 +374,7 @@ with torch.no_grad():
 # bad batch, something about fp16. The range test, on one batch, broken against healthy:
 
 # %%
-from course.train import batch_at
+from course.reference.train import batch_at
 
 probe_batch = batch_at(BASE, 0, 0)
 probe_model = BASE.build_model(0)
@@ -511,13 +511,13 @@ for name, pipe_ in {"before the fix": both_broken, "after the fix": both_fixed}.
 # %% [markdown]
 # ## Exercise: a mystery training loop
 #
-# Below are six pipelines drawn by `course.mystery.draw`: each is healthy or carries one bug of the
+# Below are six pipelines drawn by `course.exercises.mystery.draw`: each is healthy or carries one bug of the
 # family `amp-memory`, and nothing you can read says which (every part is an opaque `<part>`). Run
 # them with `amp.run(pipe, steps, seed)` and read the run's records: `saved_bytes` and
 # `losses_alive` per step, and `kept`, `monitor`, `monitor_expected`, `losses`.
 
 # %%
-from course import mystery
+from course.exercises import mystery
 
 CANDIDATES = ("healthy", "loss-kept-with-graph", "monitor-kept-with-graph")
 mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=BASE) for s in (1, 2, 3, 5, 9, 10)}
@@ -546,8 +546,9 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, amp as _amp
-from course.grading import assert_detector as _assert_detector
+from course.exercises import mystery as _mystery
+from course.lessons import amp as _amp
+from course.exercises.grading import assert_detector as _assert_detector
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
@@ -583,8 +584,9 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, amp as _amp
-from course.grading import assert_names as _assert_names
+from course.exercises import mystery as _mystery
+from course.lessons import amp as _amp
+from course.exercises.grading import assert_names as _assert_names
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
@@ -628,8 +630,9 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
-from course import mystery as _mystery, amp as _amp
-from course.grading import captured_warnings as _cw
+from course.exercises import mystery as _mystery
+from course.lessons import amp as _amp
+from course.exercises.grading import captured_warnings as _cw
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
@@ -774,8 +777,8 @@ def peak_bytes(fn):
 import os as _os
 import random as _random
 import torch as _torch
-from course import amp as _amp
-from course.grading import captured_warnings as _cw, switched_off as _off
+from course.lessons import amp as _amp
+from course.exercises.grading import captured_warnings as _cw, switched_off as _off
 
 
 def _check_peak(seed):

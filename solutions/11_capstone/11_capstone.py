@@ -34,10 +34,11 @@ import io
 
 import torch
 
-from course import capstone, checkpoint
-from course.identity import identity
-from course.record import Diagnosis, reveal
-from course.train import batch_at, resume, start, train_steps
+from course.exercises import capstone
+from course.reference import checkpoint
+from course.exercises.identity import identity
+from course.exercises.record import Diagnosis, reveal
+from course.reference.train import batch_at, resume, start, train_steps
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
@@ -65,7 +66,7 @@ assert isinstance(MY_NAME, str), f"MY_NAME must be a string, not {type(MY_NAME).
 # %% nbgrader={"grade": true, "grade_id": "test_my_name_hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import identity as _identity
+from course.exercises import identity as _identity
 if not str(MY_NAME).strip():
     raise NotImplementedError("type your name (your student id, if your course is graded) into MY_NAME")
 if _identity.GRADED_ID:
@@ -112,21 +113,21 @@ capstone.show(capstone.healthy_twin(mine))
 # |---|---|
 # | `batch` | the batch contract: targets are the inputs shifted by one (`batch_at`); the held-out loss against the exact chain's loss (01) |
 # | `no-updates` | one step of the pipeline's own parts: `requires_grad`, optimizer membership by `id`, the learning rate, every tensor's change (00, 01) |
-# | `wrong-gradient` | loss at init against ln(V), two backwards on one batch, the tiny-batch overfit against `fit_floor` (`course.overfit`) (03) |
+# | `wrong-gradient` | loss at init against ln(V), two backwards on one batch, the tiny-batch overfit against `fit_floor` (`course.toolkit.overfit`) (03) |
 # | `non-finite` | `run.stopped` of `train_steps`, the first non-finite tensor in step order (02) |
-# | `late-spike` | a loss against the median of the steps before it; replay from a checkpoint on other data (`course.replay`) (04) |
-# | `validation` | like with like on training windows, the overlap audit, fresh windows of the training source (`course.valgap`, `course.overlap`) (05) |
+# | `late-spike` | a loss against the median of the steps before it; replay from a checkpoint on other data (`course.lessons.replay`) (04) |
+# | `validation` | like with like on training windows, the overlap audit, fresh windows of the training source (`course.lessons.valgap`, `course.toolkit.overlap`) (05) |
 # | `throughput` | `throughput.traced(pipe)` phase by phase against a healthy trace, counting slow steps (06) |
 # | `resume` | `checkpoint.split_run` against an unbroken run, `checkpoint.differences`, a resume with a new learning rate (07) |
-# | `generation` | a future-token perturbation, cached logits against a full recompute, the sampler on `FixedLogits` (`course.generate`) (08) |
-# | `evaluation` | each harness stage (`pipe.eval_*`) against its specification on inputs you choose (`course.harness`) (09) |
+# | `generation` | a future-token perturbation, cached logits against a full recompute, the sampler on `FixedLogits` (`course.lessons.generate`) (08) |
+# | `evaluation` | each harness stage (`pipe.eval_*`) against its specification on inputs you choose (`course.lessons.harness`) (09) |
 #
 # While your answers are graded, two groups of functions are switched off: the draw machinery
-# (`capstone.SWITCHED_OFF`: `course.mystery`'s `reveal`, `touched`, `draw` and `make`,
+# (`capstone.SWITCHED_OFF`: `course.exercises.mystery`'s `reveal`, `touched`, `draw` and `make`,
 # `capstone.draw_for`, `answer_family`, `reference_fix`, `summary_row`, `practice_explorer`, ...) and
 # every package check that would answer "is this pipeline broken?" (`capstone.PACKAGE_CHECKS`). The
 # second group includes some helpers named in the table: the non-finite locator (`first_nonfinite`,
-# `locate`), `update_report`, the `course.checks` probes (`future_sensitivity` among them),
+# `locate`), `update_report`, the `course.toolkit.checks` probes (`future_sensitivity` among them),
 # `spike_alerts`, `throughput.slow_phase` and `regressions`, `eval_path_check`, `preflight`. Use them
 # to investigate; your `detect` has to do their work itself. Print
 # `capstone.SWITCHED_OFF + capstone.PACKAGE_CHECKS` for the complete list.
@@ -179,14 +180,14 @@ def my_family():
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_diagnosis", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-from course import capstone as _capstone
-from course.grading import graded_calls as _graded_calls
-from course.record import as_data as _as_data, from_data as _from_data
+from course.exercises import capstone as _capstone
+from course.exercises.grading import graded_calls as _graded_calls
+from course.exercises.record import as_data as _as_data, from_data as _from_data
 
 _OFF = _capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS
 _record = _from_data(_graded_calls(lambda _: my_diagnosis(), [None], _as_data, off=_OFF)[0])
 _family = _graded_calls(lambda _: my_family(), [None], off=_OFF)[0]
-assert _record is not None, "my_diagnosis must return a course.record.Diagnosis"
+assert _record is not None, "my_diagnosis must return a course.exercises.record.Diagnosis"
 assert _record.problems() == [], f"the record is not yet a falsifiable investigation: {_record.problems()}"
 assert _family in _capstone.FAMILY_NAMES, f"my_family() must return one of {_capstone.FAMILY_NAMES}, not {_family!r}"
 
@@ -216,8 +217,8 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-from course import capstone as _capstone, identity as _identity, mystery as _mystery
-from course.grading import assert_detector as _assert_detector
+from course.exercises import capstone as _capstone, identity as _identity, mystery as _mystery
+from course.exercises.grading import assert_detector as _assert_detector
 
 _theirs = _capstone.draw_for(_identity.identity(MY_NAME))
 _control = _mystery.make("healthy", 1, _capstone.family_of(_theirs).base)
@@ -232,8 +233,8 @@ _assert_detector(detect, _healthy, _broken, "detect (a fresh draw of your bug, a
 # %% nbgrader={"grade": true, "grade_id": "test_detect_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import capstone as _capstone, identity as _identity
-from course.grading import assert_detector as _assert_detector
+from course.exercises import capstone as _capstone, identity as _identity
+from course.exercises.grading import assert_detector as _assert_detector
 
 _healthy, _broken = _capstone.grading_draws(_identity.identity(MY_NAME), salt="h-11-d5c")
 _broken["your draw"] = _capstone.draw_for(_identity.identity(MY_NAME))
@@ -251,8 +252,8 @@ _assert_detector(detect, _healthy, _broken, "detect (fresh draws of your bug, he
 # %% nbgrader={"grade": true, "grade_id": "test_diagnosis_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import capstone as _capstone, identity as _identity
-from course.grading import assert_detector as _assert_detector, graded_calls as _graded_calls
+from course.exercises import capstone as _capstone, identity as _identity
+from course.exercises.grading import assert_detector as _assert_detector, graded_calls as _graded_calls
 
 _OFF = _capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS
 _family = _graded_calls(lambda _: my_family(), [None], off=_OFF)[0]
@@ -292,7 +293,7 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-from course import capstone as _capstone, identity as _identity, mystery as _mystery
+from course.exercises import capstone as _capstone, identity as _identity, mystery as _mystery
 
 _theirs = _capstone.draw_for(_identity.identity(MY_NAME))
 _mystery.check_fix(fix, [_theirs], _capstone.family_of(_theirs).symptom, "fix",
@@ -305,7 +306,7 @@ _mystery.check_fix(fix, _capstone.fresh_draws(_theirs, salt="h-11-v8f", n=1), _c
 # %% nbgrader={"grade": true, "grade_id": "test_fix_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import capstone as _capstone, identity as _identity, mystery as _mystery
+from course.exercises import capstone as _capstone, identity as _identity, mystery as _mystery
 
 _theirs = _capstone.draw_for(_identity.identity(MY_NAME))
 _symptom = _capstone.family_of(_theirs).symptom
