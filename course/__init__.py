@@ -1,23 +1,28 @@
 """Shared machinery of the course *Debugging neural-network training runs*.
 
-* ``course.reference.data``: the Markov language with exact baselines, batches, a small real text;
-* ``course.reference.model``: a tiny causal transformer with positions and a KV cache;
-* ``course.reference.pipeline``: the reference recipe as replaceable parts;
-* ``course.reference.train``: the instrumented loop, evaluation, checkpoints;
-* ``course.bugs``: the catalogue of injectable bugs;
-* ``course.toolkit.checks`` and ``course.toolkit.baselines``: the diagnostic tools;
-* ``course.toolkit.plots`` and ``course.exercises.record``: loss plots with reference lines, the diagnosis record.
-* ``course.toolkit.nonfinite``: the first-non-finite locator and the NaN decision tree (notebook 02);
-* ``course.toolkit.overfit``, ``course.toolkit.preflight``, ``course.lessons.sft``, ``course.lessons.adapters``, ``course.toolkit.telemetry``:
-  overfit controls, the pre-flight, SFT masks, adapters, per-layer telemetry (notebook 03);
-* ``course.toolkit.alerts``, ``course.lessons.replay``, ``course.lessons.distributed``: the alert policy, replay and
-  rewind-and-skip, two gloo ranks with a checksum (notebook 04);
-* ``course.toolkit.overlap``, ``course.lessons.valgap``: the overlap audit and the validation-gap tests (notebook 05).
-* ``course.toolkit.phases``, ``course.lessons.throughput``: phase timing, the cost model, the async-save race (06);
-* ``course.lessons.manifest``, ``course.reference.checkpoint``: run manifests, atomic checkpoints, restore (07);
-* ``course.lessons.generate``: generation on the KV cache and its consistency checks (08);
-* ``course.lessons.harness``: a multiple-choice evaluation harness and its statistics (09);
-* ``course.exercises.capstone``, ``course.exercises.identity``: the capstone's families and the draw keyed by a name (11).
+Four layers and the bug catalogue (``tests/test_layout.py`` checks who may import whom, and that
+no import, inside functions included, closes a cycle):
+
+* ``course.toolkit``: works on any model and run (a model, a batch, a loss function, an
+  optimizer), imports only itself. ``batch`` (the batch contract, ``IGNORE``, the next-token loss),
+  ``outputs`` (the logits adapter), ``checks`` and ``baselines``, ``nonfinite`` (the locator and
+  the NaN decision tree), ``overfit`` and ``preflight``, ``telemetry``, ``alerts``, ``overlap``,
+  ``phases`` (phase clocks, the cost model), ``plots``, ``guards`` (warnings to stdout, functions
+  switched off).
+* ``course.reference``: the course's own run; imports the toolkit and itself. ``data`` (the Markov
+  language with exact baselines), ``model`` (a tiny causal transformer with a KV cache),
+  ``pipeline`` (the recipe as replaceable parts) and ``parts`` (the healthy defaults of the later
+  notebooks' parts), ``train`` (the instrumented loop), ``checkpoint`` (atomic save, restore, the
+  resume check), ``diagnose`` (the toolkit's checks on a ``Pipeline``, which train it).
+* ``course.lessons``: one module per notebook topic that is not toolkit: ``sft`` and ``adapters``
+  (03), ``replay`` and ``distributed`` (04), ``valgap`` (05), ``throughput`` (06), ``manifest``
+  (07), ``generate`` (08), ``harness`` (09), ``amp`` (10).
+* ``course.bugs``: the catalogue of injectable bugs, one module per family.
+* ``course.exercises``: the exercise and grading machinery: ``mystery``, ``grading``,
+  ``isolation``, ``capstone`` and ``identity`` (11), ``record`` (the diagnosis record).
+
+Re-exported here: ``IGNORE``, ``Batch``, ``MarkovLanguage``, ``ModelConfig``, ``TinyGPT``,
+``Pipeline``. Everything else is imported by its full path (``from course.toolkit import checks``).
 """
 
 from .toolkit.batch import IGNORE, Batch
