@@ -5,6 +5,8 @@
 (``TinyGPT.new_cache``) and passing each new token's absolute position as ``start``. It samples with
 a temperature and an optional top-k, or greedily; it is seeded (its own ``torch.Generator``, the
 global RNG is untouched), bounded by ``max_new_tokens`` and stops once every row has emitted EOS.
+It is the pipeline's ``generate`` part, so it is written in ``course.reference.parts`` (with
+``sample_next``) and imported here.
 
 A low teacher-forced loss says nothing about this code path: training never calls it. The tests here
 check generation itself:

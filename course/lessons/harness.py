@@ -42,8 +42,10 @@ the same after dividing each option's sum by its length. Ties go to the first op
 ``paired_bootstrap`` and ``significantly_better``; ``ngram_overlap`` and ``contamination`` (an
 n-gram check between evaluation items and training text, with its n stated).
 
-This module imports nothing of ``course`` but ``data`` and ``model``, so ``course.reference.pipeline`` can use
-its parts as defaults.
+The healthy stages themselves (``plain_template``, ``with_delimiter``, ``pick_fewshot``,
+``truncate_left``, ``score_continuations``, ``choice_length``, with the task's ``WORDS`` and
+``render``) are the pipeline's defaults, so they live in ``course.reference.parts``, below the
+pipeline; this module imports them from there under the same names.
 """
 
 from __future__ import annotations
@@ -311,7 +313,10 @@ def chain_scores(task: Task) -> tuple[torch.Tensor, torch.Tensor]:
     return lls, lengths
 
 
-# ----- the healthy parts (course.reference.pipeline's defaults) ---------------------------------------------------
+# The healthy stages (the pipeline's defaults: plain_template, with_delimiter, pick_fewshot,
+# truncate_left, score_continuations, choice_length) live in course.reference.parts, imported above.
+
+
 # ----- running the harness --------------------------------------------------------------------------------
 @dataclass
 class Result:

@@ -1,6 +1,7 @@
 """Checkpoints that survive failure, and a resume that keeps the new configuration (notebook 07).
 
-**The restore.** ``restore_state(run, ckpt)`` is the reference ``restore`` part of a ``Pipeline``:
+**The restore.** ``restore_state(run, ckpt)`` is the reference ``restore`` part of a ``Pipeline``
+(written in ``course.reference.parts`` with the pipeline's other defaults, and imported here):
 ``course.reference.train.resume`` starts a fresh run from the pipeline and hands it the loaded checkpoint. It
 puts back everything a bit-identical continuation needs (weights, optimizer moments and step counts,
 the scheduler's position, the torch RNG, the data cursor, the history), but the *configuration*
