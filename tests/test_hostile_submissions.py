@@ -195,7 +195,7 @@ GUARD_CASES = {
     # a real patch of torch.manual_seed is still named, torch._dynamo imported after it or not; a
     # guarded module the notebook imports only later (course.exercises.mystery) is guarded too
     "patch_seed_mystery": (WRONG + "\ntorch.manual_seed = lambda *a, **k: None\nimport torch._dynamo\n"
-                           "import course.exercises.mystery\ncourse.mystery.check_fix = lambda *a, **k: None",
+                           "import course.exercises.mystery\ncourse.exercises.mystery.check_fix = lambda *a, **k: None",
                            ("torch.manual_seed", "course.exercises.mystery.check_fix")),
     # patched inside the graded function, while the test runs: the test is void
     "patch_in_call": ("def halve(t):\n    import math\n    math.isclose = lambda *a, **k: True\n    return t",
