@@ -20,7 +20,8 @@ What runs everywhere (CPU included):
 * ``precision_run``, ``ScaledLogits``, ``activation_peaks``, ``over_fp16``: fp16 autocast training on
   CPU (torch supports ``torch.autocast("cpu", dtype=torch.float16)`` and ``GradScaler("cpu")``),
   with and without a scaler, against bf16, and the per-module peaks that show which output outgrows
-  fp16's 65504.
+  fp16's 65504; ``overflow_problems`` (with ``reference_twin``): the check of a fix for the
+  ``fp16-overflow`` mystery family (``course.bugs.precision``).
 
 GPU only (each raises ``RuntimeError`` without CUDA): ``cuda_step_times``, ``phase_peaks`` and
 ``snapshot_growth``, used by notebook 10's GPU sections.
@@ -183,6 +184,41 @@ def activation_peaks(model: torch.nn.Module, inputs, logit_scale: float = 1.0) -
 def over_fp16(peaks: dict[str, float]) -> list[str]:
     """The names in ``activation_peaks``'s result whose peak fp16 cannot hold (above 65504)."""
     return [name for name, v in peaks.items() if not v <= FP16_MAX]
+
+
+def reference_twin(pipe):
+    """``pipe``'s settings (seeds, learning rate, sizes) with every part the reference one: the
+    healthy pipeline of the same configuration, to compare a fixed pipeline's run against."""
+    import dataclasses
+
+    from .pipeline import PARTS, Pipeline
+    return Pipeline(**{f.name: getattr(pipe, f.name) for f in dataclasses.fields(Pipeline)
+                       if f.name not in PARTS and f.name != "bugs"})
+
+
+def overflow_problems(pipe, seed: int = 0, steps: int = 6, atol: float = 0.02) -> list[str]:
+    """Notebook 10's check of an fp16 fix: ``pipe`` trained ``steps`` steps under fp16 autocast with a
+    ``GradScaler`` on ``seed`` must keep its losses and weights finite, skip no more steps than its
+    reference twin (``reference_twin``, run the same way: a healthy run can skip its first step while
+    the scaler's first scale, 65536, overflows a gradient), and follow the twin to within ``atol`` at
+    every step's loss. The last catches a fix that only hides the overflow (the broken loss taken in
+    float32, a learning rate that is no longer the pipeline's). It says nothing about parts the run
+    does not call (the pipeline's ``update``, evaluation)."""
+    got = precision_run(pipe, torch.float16, use_scaler=True, steps=steps, seed=seed)
+    want = precision_run(reference_twin(pipe), torch.float16, use_scaler=True, steps=steps, seed=seed)
+    found = []
+    if got.first_nonfinite() is not None:
+        found.append(f"the loss is non-finite from step {got.first_nonfinite()} under fp16 autocast")
+    if sum(got.skipped) > sum(want.skipped):
+        found.append(f"the scaler skipped {sum(got.skipped)} of {steps} steps, the reference parts {sum(want.skipped)}")
+    if not all(got.weights_finite):
+        found.append("the weights are not finite after the run")
+    if not found:
+        worst = max(range(steps), key=lambda i: abs(got.losses[i] - want.losses[i]))
+        if abs(got.losses[worst] - want.losses[worst]) > atol:
+            found.append(f"at step {worst} the loss is {got.losses[worst]:.4g} where the same settings with "
+                         f"the reference parts give {want.losses[worst]:.4g}")
+    return found
 
 
 # ----- memory kept for backward --------------------------------------------------------------------
