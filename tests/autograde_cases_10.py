@@ -143,8 +143,8 @@ _P_DETECT_ALT = """def detect_fp16(pipe):
     return bool(sum(r.skipped) >= 4)
 """
 
-# Realistic wrong: any skip under a scaler is called an overflow; a healthy draw whose first step
-# overflows the scaler's first scale (and is skipped, as designed) is called broken.
+# Realistic wrong: any skip under a scaler is called an overflow; a healthy draw whose first steps
+# overflow the scaler's first scale (and are skipped, as designed) is called broken.
 _P_DETECT_ANY_SKIP = """def detect_fp16(pipe):
     r = amp.precision_run(pipe, torch.float16, use_scaler=True, steps=6, seed=0)
     return any(r.skipped)
@@ -163,6 +163,26 @@ _P_DETECT_FLOAT32 = """def detect_fp16(pipe):
     import math
     r = amp.precision_run(pipe, None, steps=6, seed=0)
     return bool(max(r.losses) > 3 * math.log(pipe.language().vocab_size))
+"""
+
+# Realistic wrong: allows one skip at the start, as one healthy run above shows; the hidden healthy
+# draw skips two.
+_P_DETECT_ONE_SKIP = """def detect_fp16(pipe):
+    r = amp.precision_run(pipe, torch.float16, use_scaler=True, steps=6, seed=0)
+    return sum(r.skipped) > 1
+"""
+
+# Realistic wrong: a float32 run against the same settings with the reference parts (a twin built by
+# hand): it finds a bug, any bug, not the overflow: the hidden pipeline whose weights never move (and
+# whose fp16 run is finite) sets it off.
+_P_DETECT_AGAINST_TWIN = """def detect_fp16(pipe):
+    import dataclasses
+    from course.pipeline import PARTS, Pipeline
+    twin = Pipeline(**{f.name: getattr(pipe, f.name) for f in dataclasses.fields(Pipeline)
+                       if f.name not in PARTS and f.name != "bugs"})
+    a = amp.precision_run(pipe, None, steps=3, seed=0).losses
+    b = amp.precision_run(twin, None, steps=3, seed=0).losses
+    return any(abs(x - y) > 1e-4 or x != x for x, y in zip(a, b))
 """
 
 # ----- name_fp16_cause ------------------------------------------------------------------------------
@@ -228,6 +248,20 @@ _P_FIX_FLOAT32_LOSS = """def fix_fp16(pipe):
     return pipe
 """
 
+# Realistic wrong: AdamW at the rate passed, but with its own default weight decay (0.01), not the
+# pipeline's.
+_P_FIX_DEFAULT_DECAY = """def fix_fp16(pipe):
+    place = name_fp16_cause(pipe)
+    if place == "loss":
+        from course.pipeline import token_cross_entropy
+        return pipe.replace(loss_fn=token_cross_entropy)
+    if place == "model":
+        return pipe.replace(prepare=lambda m: m)
+    if place == "updates":
+        return pipe.replace(optimizer_factory=lambda p, lr, wd: torch.optim.AdamW(p, lr=lr))
+    return pipe
+"""
+
 # Realistic wrong: a safe learning rate written in, not the pipeline's.
 _P_FIX_OWN_LR = """def fix_fp16(pipe):
     place = name_fp16_cause(pipe)
@@ -276,6 +310,8 @@ CASES = [
     Case(A, "fp16_detect_by_skips", {"detect_fp16": _P_DETECT_ALT}, set()),
     Case(A, "fp16_detect_first_step", {"detect_fp16": _P_DETECT_FIRST_STEP}, {P_DETECT}),
     Case(A, "fp16_detect_any_skip", {"detect_fp16": _P_DETECT_ANY_SKIP}, {P_DETECT}),
+    Case(A, "fp16_detect_one_skip_allowed", {"detect_fp16": _P_DETECT_ONE_SKIP}, {P_DETECT}),
+    Case(A, "fp16_detect_against_twin", {"detect_fp16": _P_DETECT_AGAINST_TWIN}, {P_DETECT}),
     Case(A, "fp16_detect_in_float32", {"detect_fp16": _P_DETECT_FLOAT32}, {P_DETECT}),
     Case(A, "fp16_detect_always_true", {"detect_fp16": "def detect_fp16(pipe):\n    return True\n"}, {P_DETECT}),
     Case(A, "fp16_detect_delegates",
@@ -286,6 +322,7 @@ CASES = [
     Case(A, "fp16_fix_other_parts", {"fix_fp16": _P_FIX_ALT}, set()),
     Case(A, "fp16_fix_float32_loss", {"fix_fp16": _P_FIX_FLOAT32_LOSS}, {P_FIX}),
     Case(A, "fp16_fix_own_lr", {"fix_fp16": _P_FIX_OWN_LR}, {P_FIX}),
+    Case(A, "fp16_fix_default_weight_decay", {"fix_fp16": _P_FIX_DEFAULT_DECAY}, {P_FIX}),
     Case(A, "fp16_fix_all_parts", {"fix_fp16": _P_FIX_ALL_PARTS}, {P_FIX}),
     Case(A, "fp16_fix_returns_pipe", {"fix_fp16": "def fix_fp16(pipe):\n    return pipe\n"}, {P_FIX}),
 ]

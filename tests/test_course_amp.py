@@ -203,3 +203,7 @@ def test_overflow_problems_passes_the_reference_part_and_fails_hidden_overflows(
     if PLACE[name] == "updates":  # a learning rate that is not the pipeline's
         own_lr = pipe.replace(optimizer_factory=lambda params, lr, wd: torch.optim.AdamW(params, lr=1e-3))
         assert any("reference parts give" in p for p in amp.overflow_problems(own_lr, seed=7))
+        # AdamW's own default weight decay (0.01) instead of the one passed (0.0): the losses agree to
+        # 0.001, the weights do not
+        default_decay = pipe.replace(optimizer_factory=lambda params, lr, wd: torch.optim.AdamW(params, lr=lr))
+        assert any("weights differ" in p for p in amp.overflow_problems(default_decay, seed=7)), name

@@ -12,12 +12,13 @@ tell apart:
   (``mlp-weights-scaled``: block 0's first MLP layer times 1e6, whose output is over 65504;
   ``qkv-weights-scaled``: block 0's query/key/value projection times 1e4, whose output stays in range
   while the attention scores, the product of queries and keys, do not). In float32 both stay finite and
-  their loss falls as a healthy run's does (the LayerNorms that follow absorb the scale): only fp16
-  shows these bugs.
+  their loss still falls over the first steps: a float32 run does not show the bug as a non-finite
+  loss.
 * the **updates** (``optimizer_factory``): the learning rate is hundreds of times too large
   (``lr-hundredfold``: the pipeline's rate times 300; ``lr-hardcoded``: a factory that ignores the
-  rate it is passed and uses 3.0). Step 0's loss is finite; the weights grow until an activation
-  leaves fp16's range a step or a few later (float32's loss grows to hundreds, finite).
+  rate it is passed and uses 3.0). Without a scaler, step 0's loss is finite and the weights
+  grow until fp16 overflows a step or a few later (float32's loss grows to hundreds, finite); with a
+  scaler, the scaled gradients overflow first and the scaler skips most steps.
 
 Measured on notebook 10's base pipeline by ``tests/test_course_amp.py``: float32 runs of each stay
 finite over the steps the notebook uses, so the non-finite loss is fp16's.
