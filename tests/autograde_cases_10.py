@@ -13,6 +13,7 @@ from autograder.grading import Case
 
 A = "10_amp_memory"
 STEP, DETECT, CAUSE, FIX, PEAK = "test_amp_step", "test_mystery_detect", "test_mystery_cause", "test_fix", "test_peak_bytes"
+P_DETECT, P_CAUSE, P_FIX = "test_fp16_detect", "test_fp16_cause", "test_fp16_fix"
 
 # ----- amp_step ------------------------------------------------------------------------------------
 # Another way: skip detected from the gradients themselves (non-finite after unscale_), clip by hand.
@@ -134,6 +135,153 @@ _STEP_REPORTS_LOSS = """def amp_step(model, optimizer, scaler, loss, clip):
     return not bool(torch.isfinite(loss))
 """
 
+# ----- the fp16 mystery: detect_fp16 ------------------------------------------------------------------
+# Another way: the scaler's view: a healthy fp16 run with a GradScaler skips at most its first steps
+# (the scaler finding its scale), a broken one skips most of them.
+_P_DETECT_ALT = """def detect_fp16(pipe):
+    r = amp.precision_run(pipe, torch.float16, use_scaler=True, steps=8, seed=3)
+    return bool(sum(r.skipped) >= 4)
+"""
+
+# Realistic wrong: any skip under a scaler is called an overflow; a healthy draw whose first steps
+# overflow the scaler's first scale (and are skipped, as designed) is called broken.
+_P_DETECT_ANY_SKIP = """def detect_fp16(pipe):
+    r = amp.precision_run(pipe, torch.float16, use_scaler=True, steps=6, seed=0)
+    return any(r.skipped)
+"""
+
+# Realistic wrong: looks at the first step only (the loss before any update), so an overflow that
+# the updates build up a few steps in is missed.
+_P_DETECT_FIRST_STEP = """def detect_fp16(pipe):
+    r = amp.precision_run(pipe, torch.float16, steps=1, seed=0)
+    return r.first_nonfinite() is not None
+"""
+
+# Realistic wrong: looks for the overflow in float32 (a loss far above ln V): a layer whose output
+# only fp16 cannot hold is invisible there.
+_P_DETECT_FLOAT32 = """def detect_fp16(pipe):
+    import math
+    r = amp.precision_run(pipe, None, steps=6, seed=0)
+    return bool(max(r.losses) > 3 * math.log(pipe.language().vocab_size))
+"""
+
+# Realistic wrong: allows one skip at the start, as one healthy run above shows; the hidden healthy
+# draw skips two.
+_P_DETECT_ONE_SKIP = """def detect_fp16(pipe):
+    r = amp.precision_run(pipe, torch.float16, use_scaler=True, steps=6, seed=0)
+    return sum(r.skipped) > 1
+"""
+
+# Realistic wrong: a float32 run against the same settings with the reference parts (a twin built by
+# hand): it finds a bug, any bug, not the overflow: the hidden pipeline whose weights never move (and
+# whose fp16 run is finite) sets it off.
+_P_DETECT_AGAINST_TWIN = """def detect_fp16(pipe):
+    import dataclasses
+    from course.reference.pipeline import PARTS, Pipeline
+    twin = Pipeline(**{f.name: getattr(pipe, f.name) for f in dataclasses.fields(Pipeline)
+                       if f.name not in PARTS and f.name != "bugs"})
+    a = amp.precision_run(pipe, None, steps=3, seed=0).losses
+    b = amp.precision_run(twin, None, steps=3, seed=0).losses
+    return any(abs(x - y) > 1e-4 or x != x for x, y in zip(a, b))
+"""
+
+# ----- name_fp16_cause ------------------------------------------------------------------------------
+# Another way: float32 against fp16 at step 0 (a loss that is huge in float32 is the loss's own
+# doing), and the learning-rate test (lr=0) for the updates.
+_P_NAME_ALT = """def name_fp16_cause(pipe):
+    if amp.precision_run(pipe, torch.float16, steps=6, seed=1).first_nonfinite() is None:
+        return "healthy"
+    if amp.precision_run(pipe, torch.float16, steps=6, seed=1, lr=0.0).first_nonfinite() is None:
+        return "updates"
+    first32 = amp.precision_run(pipe, None, steps=1, seed=1).losses[0]
+    return "loss" if first32 > 100 else "model"
+"""
+
+# Realistic wrong: judges from step 0 alone (a finite first loss is called healthy), so the updates
+# are never named.
+_P_NAME_FIRST_STEP = """def name_fp16_cause(pipe):
+    r16 = amp.precision_run(pipe, torch.float16, steps=1, seed=0)
+    if r16.first_nonfinite() is None:
+        return "healthy"
+    r32 = amp.precision_run(pipe, None, steps=1, seed=0)
+    return "loss" if r32.losses[0] > 100 else "model"
+"""
+
+_P_NAME_READS_SETTINGS = """def name_fp16_cause(pipe):
+    return ["healthy", "loss", "model", "updates"][pipe.language_seed % 4]
+"""
+
+# ----- fix_fp16 -------------------------------------------------------------------------------------
+# Another way: a loss written by hand in float32, a preparation that returns the model as built, and
+# AdamW with its betas spelled out.
+_P_FIX_ALT = """def fix_fp16(pipe):
+    import torch.nn.functional as F
+
+    def loss(logits, batch):
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
+                               ignore_index=-100)
+
+    def factory(params, lr, weight_decay):
+        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+
+    place = name_fp16_cause(pipe)
+    if place == "loss":
+        return pipe.replace(loss_fn=loss)
+    if place == "model":
+        return pipe.replace(prepare=lambda m: m)
+    if place == "updates":
+        return pipe.replace(optimizer_factory=factory)
+    return pipe
+"""
+
+# Realistic wrong: "compute the loss in float32": the broken loss, given float32 logits, is finite
+# and enormous; the model and optimizer bugs are handled right.
+_P_FIX_FLOAT32_LOSS = """def fix_fp16(pipe):
+    place = name_fp16_cause(pipe)
+    if place == "loss":
+        broken = pipe.loss_fn
+        return pipe.replace(loss_fn=lambda logits, batch: broken(logits.float(), batch))
+    if place == "model":
+        return pipe.replace(prepare=lambda m: m)
+    if place == "updates":
+        return pipe.replace(optimizer_factory=lambda p, lr, wd: torch.optim.AdamW(p, lr=lr, weight_decay=wd))
+    return pipe
+"""
+
+# Realistic wrong: AdamW at the rate passed, but with its own default weight decay (0.01), not the
+# pipeline's.
+_P_FIX_DEFAULT_DECAY = """def fix_fp16(pipe):
+    place = name_fp16_cause(pipe)
+    if place == "loss":
+        from course.toolkit.batch import token_cross_entropy
+        return pipe.replace(loss_fn=token_cross_entropy)
+    if place == "model":
+        return pipe.replace(prepare=lambda m: m)
+    if place == "updates":
+        return pipe.replace(optimizer_factory=lambda p, lr, wd: torch.optim.AdamW(p, lr=lr))
+    return pipe
+"""
+
+# Realistic wrong: a safe learning rate written in, not the pipeline's.
+_P_FIX_OWN_LR = """def fix_fp16(pipe):
+    place = name_fp16_cause(pipe)
+    if place == "loss":
+        from course.toolkit.batch import token_cross_entropy
+        return pipe.replace(loss_fn=token_cross_entropy)
+    if place == "model":
+        return pipe.replace(prepare=lambda m: m)
+    if place == "updates":
+        return pipe.replace(optimizer_factory=lambda p, lr, wd: torch.optim.AdamW(p, lr=1e-3))
+    return pipe
+"""
+
+# Degenerate: every part that could be broken is replaced, the healthy ones too.
+_P_FIX_ALL_PARTS = """def fix_fp16(pipe):
+    from course.toolkit.batch import token_cross_entropy
+    return pipe.replace(loss_fn=token_cross_entropy, prepare=lambda m: m,
+                        optimizer_factory=lambda p, lr, wd: torch.optim.AdamW(p, lr=lr, weight_decay=wd))
+"""
+
 CASES = [
     # amp_step
     Case(A, "step_skip_from_gradients", {"amp_step": _STEP_ALT}, set()),
@@ -158,6 +306,25 @@ CASES = [
     Case(A, "fix_both_parts", {"fix": _FIX_BOTH_PARTS}, {FIX}),
     Case(A, "fix_monitor_zero", {"fix": _FIX_MONITOR_ZERO}, {FIX}),
     Case(A, "fix_returns_pipe", {"fix": "def fix(pipe):\n    return pipe\n"}, {FIX}),
+    # the fp16 mystery (fix_fp16 calls name_fp16_cause)
+    Case(A, "fp16_detect_by_skips", {"detect_fp16": _P_DETECT_ALT}, set()),
+    Case(A, "fp16_detect_first_step", {"detect_fp16": _P_DETECT_FIRST_STEP}, {P_DETECT}),
+    Case(A, "fp16_detect_any_skip", {"detect_fp16": _P_DETECT_ANY_SKIP}, {P_DETECT}),
+    Case(A, "fp16_detect_one_skip_allowed", {"detect_fp16": _P_DETECT_ONE_SKIP}, {P_DETECT}),
+    Case(A, "fp16_detect_against_twin", {"detect_fp16": _P_DETECT_AGAINST_TWIN}, {P_DETECT}),
+    Case(A, "fp16_detect_in_float32", {"detect_fp16": _P_DETECT_FLOAT32}, {P_DETECT}),
+    Case(A, "fp16_detect_always_true", {"detect_fp16": "def detect_fp16(pipe):\n    return True\n"}, {P_DETECT}),
+    Case(A, "fp16_detect_delegates",
+         {"detect_fp16": "def detect_fp16(pipe):\n    return bool(amp.overflow_problems(pipe))\n"}, {P_DETECT}),
+    Case(A, "fp16_cause_float32_and_lr0", {"name_fp16_cause": _P_NAME_ALT}, set()),
+    Case(A, "fp16_cause_first_step", {"name_fp16_cause": _P_NAME_FIRST_STEP}, {P_CAUSE, P_FIX}),
+    Case(A, "fp16_cause_reads_settings", {"name_fp16_cause": _P_NAME_READS_SETTINGS}, {P_CAUSE, P_FIX}),
+    Case(A, "fp16_fix_other_parts", {"fix_fp16": _P_FIX_ALT}, set()),
+    Case(A, "fp16_fix_float32_loss", {"fix_fp16": _P_FIX_FLOAT32_LOSS}, {P_FIX}),
+    Case(A, "fp16_fix_own_lr", {"fix_fp16": _P_FIX_OWN_LR}, {P_FIX}),
+    Case(A, "fp16_fix_default_weight_decay", {"fix_fp16": _P_FIX_DEFAULT_DECAY}, {P_FIX}),
+    Case(A, "fp16_fix_all_parts", {"fix_fp16": _P_FIX_ALL_PARTS}, {P_FIX}),
+    Case(A, "fp16_fix_returns_pipe", {"fix_fp16": "def fix_fp16(pipe):\n    return pipe\n"}, {P_FIX}),
 ]
 
 # Graded only where the grading kernel has CUDA (make test-gpu); on CPU test_peak_bytes is "not graded".

@@ -6,7 +6,7 @@ one submission are graded as "pack_<names>", another id and so another draw. So 
 chosen so that its draw has the same bug as the draw of "solution" (resume: data-cursor-reset):
 ``capstone._choice(f"{stem}_{i}")[:2] == capstone._choice("solution")[:2]`` for the first such i,
 searched from 1 (``_same_bug`` below checks it at import). Each case also types its id into MY_NAME,
-as a learner would. Each alone case costs one notebook execution, so there are eight, each testing
+as a learner would. Each alone case costs one notebook execution, so there are nine, each testing
 something different.
 """
 from autograder.grading import Case
@@ -121,9 +121,26 @@ def my_family():
     return "late-spike"
 '''
 
+# Work-free: the package's first view of the family, printed for the draw and for its healthy twin,
+# compared as text. In the kernel it tells the solution's resume draws from healthy ones (checked by
+# running it there); graded, ``show`` is switched off (capstone.PACKAGE_CHECKS) and it raises.
+_SHOW_COMPARE = """def detect(pipe):
+    import contextlib
+    import io
+
+    def seen(p):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            capstone.show(p)
+        return buf.getvalue()
+
+    return seen(pipe) != seen(capstone.healthy_twin(pipe))
+"""
+
 _ALT, _ALWAYS_ID, _NEVER_ID = _same_bug("cap_alt_detect_49"), _same_bug("cap_always_fires_5"), _same_bug("cap_never_fires_25")
 _FRESH_ID, _NAIVE_ID, _FAMILY_ID = _same_bug("cap_fresh_pipeline_96"), _same_bug("cap_wrong_fix_6"), _same_bug("cap_wrong_family_18")
 _DELEGATES_ID = _same_bug("cap_delegates_83")
+_SHOW_ID = _same_bug("cap_show_compare_26")
 # Copied from a classmate: the solution notebook, untouched (MY_NAME still "solution"), handed in
 # under an id whose draw is another family: cap_copied_4 draws validation: val-overlaps-train (the
 # first cap_copied_<i> outside the resume family whose draw is cheap to run).
@@ -143,5 +160,7 @@ CASES = [
     Case(A, _COPIED, {}, expect_lost={NAME_H, DIAG_H, DETECT, DETECT_H, FIX, FIX_H}, alone=True),
     Case(A, _DELEGATES_ID, {"my_name": _name(_DELEGATES_ID), **_DELEGATES},
          expect_lost={DIAG_H, DETECT, DETECT_H, FIX, FIX_H},
+         alone=True),
+    Case(A, _SHOW_ID, {"my_name": _name(_SHOW_ID), "detect": _SHOW_COMPARE}, expect_lost={DIAG_H, DETECT, DETECT_H},
          alone=True),
 ]

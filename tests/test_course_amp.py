@@ -141,3 +141,71 @@ def test_activation_peaks_find_the_scaled_logits_and_only_them():
     assert amp.over_fp16(broken) == ["logits"]
     assert amp.over_fp16({"a": 65504.0, "b": 65505.0, "c": float("nan")}) == ["b", "c"]
     assert not model._forward_hooks and all(not m._forward_hooks for m in model.modules())  # hooks removed
+
+
+# ----- the fp16-overflow family (course.bugs.precision) and the check of its fix ---------------------
+PLACE = {"logit-temperature": "loss", "logit-multiplier": "loss", "mlp-weights-scaled": "model",
+         "qkv-weights-scaled": "model", "lr-hundredfold": "updates", "lr-hardcoded": "updates"}
+
+
+def _model_output_finite_in_fp16(pipe) -> bool:
+    from course.reference.train import batch_at
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        return bool(torch.isfinite(pipe.build_model(0)(batch_at(pipe, 0, 0).inputs)).all())
+
+
+def test_fp16_overflow_family_is_what_the_notebook_names():
+    assert {b.name for b in catalogue("fp16-overflow")} == set(PLACE), "notebook 10's _PLACE table is out of date"
+
+
+@pytest.mark.parametrize("name", sorted(PLACE))
+def test_each_fp16_bug_is_finite_in_float32_and_overflows_fp16_where_its_place_says(name):
+    for seed in (0, 1):
+        pipe = mystery.make(name, seed, BASE, salt="t-p")
+        r32 = amp.precision_run(pipe, None, steps=6, seed=seed)
+        assert r32.first_nonfinite() is None, f"{name}: float32 went non-finite: {r32.losses}"
+        r16 = amp.precision_run(pipe, torch.float16, steps=6, seed=seed)
+        first = r16.first_nonfinite()
+        assert first is not None, f"{name}: fp16 stayed finite over 6 steps: {r16.losses}"
+        if PLACE[name] == "updates":
+            assert first > 0, f"{name}: step 0 (before any update) is already non-finite"
+        else:
+            assert first == 0, f"{name}: the overflow should come before any update, came at step {first}"
+            assert _model_output_finite_in_fp16(pipe) == (PLACE[name] == "loss"), \
+                f"{name}: the model's own fp16 output should be {'finite' if PLACE[name] == 'loss' else 'non-finite'}"
+        if PLACE[name] == "model":  # only fp16 sees it: float32 trains
+            assert r32.losses[-1] < r32.losses[0] < 3, f"{name}: float32 losses {r32.losses}"
+
+
+def test_healthy_draws_stay_finite_in_fp16_and_a_scaler_may_skip_their_first_step():
+    skips = []
+    for seed in range(6):
+        pipe = mystery.make("healthy", seed, BASE, salt="t-p")
+        assert amp.precision_run(pipe, torch.float16, steps=6, seed=seed).first_nonfinite() is None
+    # the hidden test's healthy draw 5 of salt h-10-p1h skips at the start under a GradScaler
+    pipe = mystery.make("healthy", 5, BASE, salt="h-10-p1h")
+    skips = amp.precision_run(pipe, torch.float16, use_scaler=True, steps=6, seed=0).skipped
+    assert skips[0] and not any(skips[3:]), f"expected a skip at the start only: {skips}"
+    assert amp.overflow_problems(pipe, seed=0) == [], "a healthy pipeline fails the fix check"
+
+
+@pytest.mark.parametrize("name", sorted(PLACE))
+def test_overflow_problems_passes_the_reference_part_and_fails_hidden_overflows(name):
+    pipe = mystery.make(name, 3, BASE, salt="t-f")
+    (field,) = mystery.touched(pipe)
+    fixed = pipe.replace(**{field: getattr(Pipeline(), field)})
+    assert mystery.kept_problems(pipe, fixed) == []
+    assert amp.overflow_problems(fixed, seed=7) == []
+    assert amp.overflow_problems(pipe, seed=7), f"{name}: the unfixed pipeline passes the check"
+    if PLACE[name] == "loss":  # the broken loss taken in float32: a finite loss, far from the reference
+        broken = pipe.loss_fn
+        hidden = pipe.replace(loss_fn=lambda logits, batch: broken(logits.float(), batch))
+        assert amp.precision_run(hidden, torch.float16, use_scaler=True, steps=3).first_nonfinite() is None
+        assert amp.overflow_problems(hidden, seed=7), f"{name}: the loss taken in float32 passes the check"
+    if PLACE[name] == "updates":  # a learning rate that is not the pipeline's
+        own_lr = pipe.replace(optimizer_factory=lambda params, lr, wd: torch.optim.AdamW(params, lr=1e-3))
+        assert any("reference parts give" in p for p in amp.overflow_problems(own_lr, seed=7))
+        # AdamW's own default weight decay (0.01) instead of the one passed (0.0): the losses agree to
+        # 0.001, the weights do not
+        default_decay = pipe.replace(optimizer_factory=lambda params, lr, wd: torch.optim.AdamW(params, lr=lr))
+        assert any("weights differ" in p for p in amp.overflow_problems(default_decay, seed=7)), name

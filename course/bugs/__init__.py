@@ -36,6 +36,6 @@ from .registry import FAMILIES, Bug, bug, catalogue, get, inject
 # Importing the family modules registers their bugs, so catalogue() always lists every bug.
 from . import basic, fitting, nonfinite, spike, validation  # noqa: E402,F401
 from . import throughput, resume, generation, evaluation  # noqa: E402,F401
-from . import amp  # noqa: E402,F401  (notebook 10: family "amp-memory")
+from . import amp, precision  # noqa: E402,F401  (notebook 10: families "amp-memory", "fp16-overflow")
 
 __all__ = ["FAMILIES", "Bug", "bug", "catalogue", "get", "inject"]

@@ -37,7 +37,7 @@ FAMILIES = (
     "resume",  # notebook 07
     "generation",  # notebook 08
     "evaluation",  # notebook 09
-    "amp-memory",  # notebook 10
+    "amp-memory", "fp16-overflow",  # notebook 10
 )
 
 

@@ -13,7 +13,8 @@ from a classmate is graded against the copier's own draw.
 * ``draw_for(name, attempt=0)``: the family from one SHA-256 of the name, the bug within it from a
   second, the draw's seed from a third; the configuration (seeds, learning rate, warm-up) then comes
   from ``course.exercises.mystery``'s own configuration stream, independent of the bug. ``attempt > 0`` gives
-  a fresh practice draw (another family, bug and configuration, by the same hashes).
+  a fresh practice draw (family, bug and configuration by the same hashes of the name and attempt,
+  so two attempts can draw the same bug).
 * ``grading_draws(name, salt)``: fresh draws of the same bug (other configurations) and healthy draws
   of the same base, for grading a detector; ``healthy_twin(pipe)``: the draw's own settings with every
   part the reference one (a negative control a learner may use).
@@ -530,8 +531,10 @@ def summary_row(student_id: str) -> tuple[str, str]:
 
 # What a test cell switches off while learner code runs (course.exercises.grading.switched_off): the answer
 # (``SWITCHED_OFF``), and the package checks that would answer "is this pipeline broken?" for some
-# family (``PACKAGE_CHECKS``: each family's symptom and the notebooks' reference checks). The tools
-# the notebooks teach with (train_steps, split_run, differences, traced, overfit_pipe, ...) stay on.
+# family (``PACKAGE_CHECKS``: each family's symptom, each family's first view ``show``, since its
+# printout compared with a healthy twin's tells the two apart, and the notebooks' reference checks).
+# The tools the notebooks teach with (train_steps, split_run, differences, traced, overfit_pipe,
+# healthy_twin, ...) stay on.
 SWITCHED_OFF = (answer_family, family_of, reference_fix, summary_row, draw_for, grading_draws,
                 fresh_draws, practice_explorer, _choice, mystery.reveal, mystery.touched, mystery.draw, mystery.make)
 
@@ -542,7 +545,7 @@ def _package_checks() -> tuple:
     from ..lessons import generate, harness, replay, throughput, valgap
     from ..toolkit.alerts import AlertPolicy
 
-    return tuple(f.symptom for f in FAMILIES.values()) + (
+    return tuple(f.symptom for f in FAMILIES.values()) + tuple(dict.fromkeys(f.show for f in FAMILIES.values())) + (show,) + (
         diagnose.held_out_symptom, checks.check_batch, checks.update_report, checks.position_sensitivity,
         checks.past_sensitivity, checks.future_sensitivity, diagnose.locate, nonfinite.first_nonfinite,
         preflight.preflight, diagnose.preflight_pipeline, replay.spike_symptom, replay.spike_alerts,

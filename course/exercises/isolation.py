@@ -7,12 +7,12 @@ collector, the caller's frame, a closure's cells, the test cell's own source in 
 So a test never calls a learner's ``detect`` / ``name_cause`` / ``fix`` in the kernel itself.
 ``run_apart(fn, cases)`` forks the kernel and, in the child, before any learner code runs:
 
-1. **forgets the answers**: the draw registry of ``course.exercises.mystery`` and the capstone's caches are
-   emptied; the data the running test cell assigned at its top level (its expected answers, its
-   labelled draws; the functions it defines stay, with their closures) is deleted; IPython's input
-   and output history, the source cache (``linecache``: the test cell's source, with its hidden bug
-   names and salts) and the kernel's copy of the request are blanked; ``sys.last_*`` cleared; every
-   Python signal handler is reset (a handler runs on the frames of the test);
+1. **forgets the answers**: the draw registry of ``course.exercises.mystery`` is emptied; the data the running
+   test cell assigned at its top level (its expected answers, its labelled draws; the functions it
+   defines stay, with their closures) is deleted; IPython's input and output history, the source
+   cache (``linecache``: the test cell's source, with its hidden bug names and salts) and the
+   kernel's copy of the request are blanked; ``sys.last_*`` cleared; every Python signal handler is
+   reset (a handler runs on the frames of the test);
 2. **switches off** the package functions the test names for good (the child is thrown away), and
    their private helpers and private copies (``private_helpers``: same-module ``_`` functions they
    reach by name) for the notebook: those still answer the package's own code;

@@ -20,7 +20,8 @@ What runs everywhere (CPU included):
 * ``precision_run``, ``ScaledLogits``, ``activation_peaks``, ``over_fp16``: fp16 autocast training on
   CPU (torch supports ``torch.autocast("cpu", dtype=torch.float16)`` and ``GradScaler("cpu")``),
   with and without a scaler, against bf16, and the per-module peaks that show which output outgrows
-  fp16's 65504.
+  fp16's 65504; ``overflow_problems`` (with ``reference_twin``): the check of a fix for the
+  ``fp16-overflow`` mystery family (``course.bugs.precision``).
 
 GPU only (each raises ``RuntimeError`` without CUDA): ``cuda_step_times``, ``phase_peaks`` and
 ``snapshot_growth``, used by notebook 10's GPU sections.
@@ -108,6 +109,7 @@ class PrecisionRun:
     skipped: list = field(default_factory=list)  # True where the scaler skipped optimizer.step()
     scales: list = field(default_factory=list)  # the scale after update() (1.0 without a scaler)
     weights_finite: list = field(default_factory=list)  # every parameter finite after the step
+    weights: torch.Tensor | None = None  # every parameter after the last step, flattened (float32)
 
     def first_nonfinite(self) -> int | None:
         """The first step whose loss is inf or NaN (None if every loss is finite). Step 0's loss is
@@ -154,6 +156,7 @@ def precision_run(pipe, dtype=torch.float16, use_scaler: bool = False, steps: in
         out.scales.append(scaler.get_scale() if use_scaler else 1.0)
         out.skipped.append(bool(use_scaler and out.scales[-1] < before))
         out.weights_finite.append(all(bool(torch.isfinite(p).all()) for p in model.parameters()))
+    out.weights = torch.cat([p.detach().float().flatten() for p in model.parameters()])
     return out
 
 
@@ -185,6 +188,50 @@ def activation_peaks(model: torch.nn.Module, inputs, logit_scale: float = 1.0) -
 def over_fp16(peaks: dict[str, float]) -> list[str]:
     """The names in ``activation_peaks``'s result whose peak fp16 cannot hold (above 65504)."""
     return [name for name, v in peaks.items() if not v <= FP16_MAX]
+
+
+def reference_twin(pipe):
+    """``pipe``'s settings (seeds, learning rate, sizes) with every part the reference one: the
+    healthy pipeline of the same configuration, to compare a fixed pipeline's run against."""
+    import dataclasses
+
+    from ..reference.pipeline import PARTS, Pipeline
+    return Pipeline(**{f.name: getattr(pipe, f.name) for f in dataclasses.fields(Pipeline)
+                       if f.name not in PARTS and f.name != "bugs"})
+
+
+def overflow_problems(pipe, seed: int = 0, steps: int = 6, atol: float = 1e-3, rtol_weights: float = 1e-5) -> list[str]:
+    """Notebook 10's check of an fp16 fix: ``pipe`` trained ``steps`` steps under fp16 autocast with a
+    ``GradScaler`` on ``seed`` must keep its losses and weights finite, skip no more steps than its
+    reference twin (``reference_twin``, run the same way: a healthy run can skip its first step while
+    the scaler's first scale, 65536, overflows a gradient), and end where the twin ends: every step's
+    loss within ``atol`` and the final weights within ``rtol_weights`` of the twin's largest weight.
+    A part that computes what the reference part computes meets that (its run is the same run, to
+    rounding); a fix that only hides the overflow (the broken loss taken in float32) or changes the
+    optimizer's settings (a learning rate or weight decay other than the ones passed) does not. It
+    says nothing about parts the run does not call (the pipeline's ``update``, evaluation)."""
+    got = precision_run(pipe, torch.float16, use_scaler=True, steps=steps, seed=seed)
+    want = precision_run(reference_twin(pipe), torch.float16, use_scaler=True, steps=steps, seed=seed)
+    found = []
+    if got.first_nonfinite() is not None:
+        found.append(f"the loss is non-finite from step {got.first_nonfinite()} under fp16 autocast")
+    if sum(got.skipped) > sum(want.skipped):
+        found.append(f"the scaler skipped {sum(got.skipped)} of {steps} steps, the reference parts {sum(want.skipped)}")
+    if not all(got.weights_finite):
+        found.append("the weights are not finite after the run")
+    if not found:
+        worst = max(range(steps), key=lambda i: abs(got.losses[i] - want.losses[i]))
+        if abs(got.losses[worst] - want.losses[worst]) > atol:
+            found.append(f"at step {worst} the loss is {got.losses[worst]:.6g} where the same settings with "
+                         f"the reference parts give {want.losses[worst]:.6g}")
+        elif got.weights.shape != want.weights.shape:
+            found.append("the model has other parameters than the same settings with the reference parts")
+        else:
+            moved = ((got.weights - want.weights).abs().max() / want.weights.abs().max()).item()
+            if moved > rtol_weights:
+                found.append(f"after {steps} steps the weights differ from the reference parts' by {moved:.2g} "
+                             f"of the largest weight (the optimizer's settings are not the ones passed?)")
+    return found
 
 
 # ----- memory kept for backward --------------------------------------------------------------------

@@ -20,6 +20,8 @@
 # * fp16 that overflows, run on CPU (`torch.autocast("cpu", dtype=torch.float16)`): the NaN loss,
 #   three hypotheses tested against a healthy control, and the fix, compared without a scaler, with
 #   one, and in bf16.
+# * Debug a **mystery in fp16**: a test that the run overflows, where the overflow starts (the loss,
+#   the model, or the updates), and the fix at that place (graded, on CPU).
 # * The list-of-losses leak, measured on CPU: what a kept loss really holds after backward, what a
 #   graph nobody runs backward on holds, and the fix (`.item()` / `torch.no_grad()`).
 # * Debug a **mystery training loop** whose memory grows: a test, the cause, the fix (graded).
@@ -414,6 +416,212 @@ print("weights finite after step 0, broken fp16 without a scaler:", runs[0].weig
 # the forward pass (a skip on every step is what this symptom looks like under a scaler); bf16 stays finite, with a last
 # loss of 1.6e+05, as enormous as the broken model's in float32 on other batches above (1.572e+05); with the multiply removed, fp16 with a scaler skips nothing and its
 # last loss is the one float32 prints.
+
+# %% [markdown]
+# ## Exercise: a mystery in fp16
+#
+# Six pipelines drawn by `course.exercises.mystery.draw` from the family `fp16-overflow`: each is healthy or
+# carries one bug that makes its run go inf or NaN under fp16 autocast, and nothing you can read says
+# which (every part is an opaque `<part>`, every setting the healthy value). The bugs of this family
+# put the overflow in one of three places:
+#
+# * **`"loss"`**: between the model's output and the loss (something done to the logits);
+# * **`"model"`**: inside the model (something the model computes from the first step, a layer's
+#   output or the attention scores inside a layer, that fp16 cannot hold);
+# * **`"updates"`**: created by the updates (without a scaler, step 0's loss is finite; the weights
+#   then grow until fp16 overflows).
+#
+# The tests above tell these apart: the loss of step 0, computed before any update; the model's own
+# output under fp16 autocast; float32 against fp16. (`amp.activation_peaks` sees the attention
+# scores too, through each attention's `score_probe` module.)
+#
+# Your tools are the ones above: `amp.precision_run(pipe, dtype, use_scaler, steps, seed, lr=...)`
+# on the pipeline itself, `pipe.build_model(seed)` (the model as the pipeline prepares it),
+# `batch_at(pipe, seed, step)`, `pipe.loss_fn`, forward hooks (`amp.activation_peaks`), float32
+# against fp16.
+
+# %%
+from course.exercises import mystery
+
+torch.manual_seed(0)
+FP16_CANDIDATES = ("healthy", "logit-temperature", "mlp-weights-scaled", "lr-hundredfold")
+fp16_mysteries = {f"fp16 mystery {s}": mystery.draw(FP16_CANDIDATES, seed=s, base=BASE) for s in (1, 2, 3, 6, 7, 10)}
+print(repr(fp16_mysteries["fp16 mystery 1"].loss_fn), repr(fp16_mysteries["fp16 mystery 1"].prepare), "(every part looks like this)")
+
+# %% [markdown]
+# What each does under fp16 autocast without a scaler, 6 steps on seed 0:
+
+# %% tags=["demo"]
+for name, p in fp16_mysteries.items():
+    print(amp.precision_run(p, torch.float16, steps=6, seed=0, label=name).summary())
+
+# %% [markdown]
+# A skip under a scaler is not by itself a bug. The scaler's first scale is 65536, and a healthy
+# run's scaled gradient can overflow fp16 in its first steps: the scaler skips each such step and
+# halves the scale, until the scaled gradients fit, and the run goes on. Three healthy pipelines that
+# differ only in their language, under fp16 with a scaler:
+
+# %%
+for lang in (0, 2, 7231):
+    r = amp.precision_run(BASE.replace(language_seed=lang), torch.float16, use_scaler=True, steps=6, seed=0,
+                          label=f"healthy, language {lang}")
+    print(r.summary(), "| skipped per step:", r.skipped)
+
+# %% [markdown]
+# ### (a) A test that fp16 overflows
+#
+# Write `detect_fp16(pipe) -> bool`: `True` if `pipe`'s training goes non-finite under fp16 autocast
+# (whichever of the three places the overflow starts in), `False` for a healthy draw. Return a bool
+# (Python, numpy or torch). The runs are deterministic on CPU: a healthy draw stays finite (without a
+# scaler; with one, it may skip its first steps, as above). Graded like a test suite: firing on every
+# broken draw, including bugs of this family you have not seen (other factors, other layers, another
+# way to get the learning rate wrong), so an overflow that starts a few steps in must be caught too;
+# quiet on healthy draws and on a pipeline whose fp16 run stays finite though something else is
+# wrong with it (the hidden test has one: this is a test of the overflow, not of every bug).
+# `amp.overflow_problems`, `amp.over_fp16`, `amp.reference_twin` and `mystery.reveal`/`draw`/`make`/
+# `touched` are switched off while it runs. Keep it to a second or so a call: a test cell has 120
+# seconds in all, and the hidden one calls your function 12 times.
+
+# %% nbgrader={"grade": false, "grade_id": "detect_fp16", "locked": false, "schema_version": 3, "solution": true}
+def detect_fp16(pipe):
+    ### BEGIN SOLUTION
+    run = amp.precision_run(pipe, torch.float16, steps=6, seed=0)
+    return run.first_nonfinite() is not None
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp16_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course.exercises import mystery as _mystery
+from course.lessons import amp as _amp
+from course.exercises.grading import assert_detector as _assert_detector
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_pbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.overflow_problems, _amp.over_fp16,
+        _amp.reference_twin)
+_answers = {name: _mystery.reveal(p) for name, p in fp16_mysteries.items()}
+_assert_detector(detect_fp16, {n: p for n, p in fp16_mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in fp16_mysteries.items() if _answers[n] != "healthy"}, "fp16 test", off=_OFF)
+### BEGIN HIDDEN TESTS
+# healthy draw 5 of this salt skips its first two steps under a GradScaler (the scaler finding its
+# scale); the lr-zero draw is broken in another way (no update moves the weights) and stays finite
+_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _pbase, salt="h-10-p1h") for s in (2, 5)}
+_healthy["a draw whose weights never move"] = _mystery.make("lr-zero", 6, _pbase, salt="h-10-p1h")
+_broken = {b: _mystery.make(b, 4 + i, _pbase, salt="h-10-p1d") for i, b in enumerate(
+    ("logit-multiplier", "qkv-weights-scaled", "lr-hardcoded", "lr-hundredfold"))}
+_assert_detector(detect_fp16, _healthy, _broken, "fp16 test (unseen draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (b) Where the overflow starts
+#
+# Write `name_fp16_cause(pipe) -> str`, returning exactly one of `"healthy"`, `"loss"`, `"model"` and
+# `"updates"` (the three places above). Each hypothesis predicts something the others do not: test
+# those predictions, with a healthy draw as your control. Graded on the draws above and on fresh
+# draws, including bugs of these kinds you have not run (another layer of the model among them); the
+# same functions are switched off.
+
+# %% nbgrader={"grade": false, "grade_id": "name_fp16_cause", "locked": false, "schema_version": 3, "solution": true}
+def name_fp16_cause(pipe):
+    ### BEGIN SOLUTION
+    first = amp.precision_run(pipe, torch.float16, steps=6, seed=0).first_nonfinite()
+    if first is None:
+        return "healthy"
+    if first > 0:  # step 0's loss comes before any update
+        return "updates"
+    from course.reference.train import batch_at
+
+    model = pipe.build_model(0)  # the model as the pipeline prepares it, before any update
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        logits = model(batch_at(pipe, 0, 0).inputs)
+    return "loss" if bool(torch.isfinite(logits).all()) else "model"
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp16_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises import mystery as _mystery
+from course.lessons import amp as _amp
+from course.exercises.grading import assert_names as _assert_names
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_pbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+_OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.overflow_problems, _amp.over_fp16,
+        _amp.reference_twin)
+_PLACE = {"healthy": "healthy", "logit-temperature": "loss", "logit-multiplier": "loss", "mlp-weights-scaled": "model",
+          "qkv-weights-scaled": "model", "lr-hundredfold": "updates", "lr-hardcoded": "updates"}
+_assert_names(name_fp16_cause, {n: (p, _PLACE[_mystery.reveal(p)]) for n, p in fp16_mysteries.items()}, "fp16 cause",
+              off=_OFF)
+### BEGIN HIDDEN TESTS
+_cases = {f"fresh draw {_i}": (_mystery.make(_b, 20 + _i, _pbase, salt="h-10-p2c"), _PLACE[_b]) for _i, _b in enumerate(
+    ("healthy", "logit-multiplier", "qkv-weights-scaled", "lr-hardcoded", "mlp-weights-scaled", "logit-temperature",
+     "lr-hundredfold"))}
+_assert_names(name_fp16_cause, _cases, "fp16 cause (fresh draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### (c) The fix
+#
+# Write `fix_fp16(pipe) -> Pipeline`: replace the broken part, and only it, with a correct one:
+# `loss_fn` (logits, batch) -> the mean token cross-entropy (`course.toolkit.batch.token_cross_entropy` is
+# the reference), `prepare` (model) -> the model as initialised (the reference returns it unchanged),
+# or `optimizer_factory` (params, lr, weight_decay) -> AdamW at the `lr` and `weight_decay` it is
+# passed. Use your `name_fp16_cause` to know which. A healthy draw may come back unchanged. Graded by
+# behaviour: the fixed pipeline is trained under fp16 autocast with a `GradScaler` for 6 steps (the
+# hidden test on a seed that is not in this notebook), and must stay finite, skip no more steps than
+# the same settings with the reference parts, and end where that reference run ends: each step's
+# loss within 0.001 and the weights within a relative 1e-5. A correct part computes what the
+# reference computes, so it meets that; taking the broken loss in float32, a learning rate or weight
+# decay that is not the one passed, or another optimizer does not. `amp.overflow_problems`,
+# `amp.over_fp16` and `amp.reference_twin` are switched off while your fix runs.
+
+# %% nbgrader={"grade": false, "grade_id": "fix_fp16", "locked": false, "schema_version": 3, "solution": true}
+def fix_fp16(pipe):
+    ### BEGIN SOLUTION
+    from course.toolkit.batch import token_cross_entropy
+
+    cause = name_fp16_cause(pipe)
+    if cause == "loss":
+        return pipe.replace(loss_fn=token_cross_entropy)
+    if cause == "model":
+        return pipe.replace(prepare=lambda model: model)
+    if cause == "updates":
+        return pipe.replace(optimizer_factory=lambda params, lr, weight_decay: torch.optim.AdamW(
+            params, lr=lr, weight_decay=weight_decay))
+    return pipe
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp16_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises import mystery as _mystery
+from course.lessons import amp as _amp
+from course.exercises.grading import captured_warnings as _cw
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+_pbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                             n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
+_OFF = (_amp.overflow_problems, _amp.over_fp16, _amp.reference_twin)
+
+
+def _still_overflows(fixed, seed):
+    with _cw():
+        found = _amp.overflow_problems(fixed, seed=seed)
+    return "the fixed pipeline under fp16 with a scaler, on a fresh seed: " + "; ".join(found) if found else None
+
+
+_mystery.check_fix(fix_fp16, [_mystery.make(b, 30 + i, _pbase) for i, b in enumerate(
+    ("logit-temperature", "mlp-weights-scaled", "lr-hundredfold"))], lambda fixed: _still_overflows(fixed, 7),
+    "fp16 fix", off=_OFF)
+### BEGIN HIDDEN TESTS
+_mystery.check_fix(fix_fp16, [_mystery.make(b, 40 + i, _pbase, salt="h-10-p3f") for i, b in enumerate(
+    ("logit-multiplier", "qkv-weights-scaled", "lr-hardcoded", "mlp-weights-scaled"))],
+    lambda fixed: _still_overflows(fixed, 13), "fp16 fix (fresh draws)", off=_OFF)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The loop closed on the draws above: the same test that saw each symptom, re-run on each draw after
+# your fix (the reference check `amp.overflow_problems` beside it, on seed 3).
+
+# %%
+for name, p in fp16_mysteries.items():
+    fixed = fix_fp16(p)
+    print(f"{name}: detect before {bool(detect_fp16(p))}, after {bool(detect_fp16(fixed))}; "
+          f"check after the fix: {'; '.join(amp.overflow_problems(fixed, seed=3)) or 'nothing found'}")
 
 # %% [markdown]
 # ## The list-of-losses leak, measured on CPU
