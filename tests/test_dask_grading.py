@@ -485,8 +485,12 @@ def test_the_scheduler_lost_mid_run_then_unfinished_only(toy, coordinators, clus
     url = new_gradebook(pg, "lost", root)
     submit(root, "a_fast", source(root))
     # b_slow sleeps long enough that a loaded machine still reports a_fast graded while b_slow is
-    # in flight (at 5 s both had finished before the kill once, under a full unit phase)
-    submit(root, "b_slow", grading.edit_cells(source(root), {"square": SLOW_SQUARE.replace("(2)", "(20)")}))
+    # in flight (at 5 s both had finished before the kill once, under a full unit phase), in two
+    # cells of 4.5 s each: one cell of 20 s ran past the toy's cell timeout (6 s, SHORT_LIMITS) and
+    # b_slow then scored 0 when it was graded again
+    slow = SLOW_SQUARE.replace("(2)", "(4.5)")
+    slow_cube = "import time\ntime.sleep(4.5)\ndef cube(x):\n    return x ** 3"
+    submit(root, "b_slow", grading.edit_cells(source(root), {"square": slow, "cube": slow_cube}))
     try:
         proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
                                  "--scheduler", scheduler.address], cwd=grading.REPO,
