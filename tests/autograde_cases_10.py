@@ -248,20 +248,6 @@ _P_FIX_FLOAT32_LOSS = """def fix_fp16(pipe):
     return pipe
 """
 
-# Realistic wrong: AdamW at the rate passed, but with its own default weight decay (0.01), not the
-# pipeline's.
-_P_FIX_DEFAULT_DECAY = """def fix_fp16(pipe):
-    place = name_fp16_cause(pipe)
-    if place == "loss":
-        from course.toolkit.batch import token_cross_entropy
-        return pipe.replace(loss_fn=token_cross_entropy)
-    if place == "model":
-        return pipe.replace(prepare=lambda m: m)
-    if place == "updates":
-        return pipe.replace(optimizer_factory=lambda p, lr, wd: torch.optim.AdamW(p, lr=lr))
-    return pipe
-"""
-
 # Realistic wrong: a safe learning rate written in, not the pipeline's.
 _P_FIX_OWN_LR = """def fix_fp16(pipe):
     place = name_fp16_cause(pipe)
@@ -274,6 +260,11 @@ _P_FIX_OWN_LR = """def fix_fp16(pipe):
         return pipe.replace(optimizer_factory=lambda p, lr, wd: torch.optim.AdamW(p, lr=1e-3))
     return pipe
 """
+
+# Realistic wrong: AdamW at the rate passed, but with its own default weight decay (0.01), not the
+# pipeline's.
+_P_FIX_DEFAULT_DECAY = _P_FIX_OWN_LR.replace("AdamW(p, lr=1e-3)", "AdamW(p, lr=lr)")
+assert _P_FIX_DEFAULT_DECAY != _P_FIX_OWN_LR
 
 # Degenerate: every part that could be broken is replaced, the healthy ones too.
 _P_FIX_ALL_PARTS = """def fix_fp16(pipe):

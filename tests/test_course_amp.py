@@ -178,7 +178,6 @@ def test_each_fp16_bug_is_finite_in_float32_and_overflows_fp16_where_its_place_s
 
 
 def test_healthy_draws_stay_finite_in_fp16_and_a_scaler_may_skip_their_first_step():
-    skips = []
     for seed in range(6):
         pipe = mystery.make("healthy", seed, BASE, salt="t-p")
         assert amp.precision_run(pipe, torch.float16, steps=6, seed=seed).first_nonfinite() is None

@@ -49,7 +49,7 @@ import torch
 from . import mystery
 from ..reference.diagnose import training_moves  # the no-updates family's check (notebook 00's)
 from ..reference.model import ModelConfig
-from ..reference.pipeline import PARTS, Pipeline
+from ..reference.pipeline import PARTS, Pipeline, healthy_twin
 
 ASSIGNMENT = "11_capstone"
 SALT = "capstone"  # the salt of every learner's draw (hidden tests use others)
@@ -399,15 +399,6 @@ def draw_for(name: str, attempt: int = 0) -> Pipeline:
         raise ValueError("draw_for needs a name")
     family, bug, seed = _choice(name, attempt)
     return mystery.make(bug, seed, FAMILIES[family].base, salt=SALT)
-
-
-def healthy_twin(pipe: Pipeline) -> Pipeline:
-    """``pipe``'s settings (seeds, learning rate, sizes) with every part the reference one: a healthy
-    pipeline of the same configuration, the negative control for a test. It reads only what anyone
-    can read off ``pipe``; it is not a fix (a fix keeps every part that was not broken)."""
-    settings = {f.name: getattr(pipe, f.name) for f in dataclasses.fields(Pipeline)
-                if f.name not in PARTS and f.name != "bugs"}
-    return Pipeline(**settings)
 
 
 def grading_draws(name: str, salt: str, n_broken: int = 2, n_healthy: int = 2,

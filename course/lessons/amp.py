@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..reference.parts import keep_float, monitor_no_grad, probe_loss  # noqa: F401  (the pipeline's keep_loss and monitor parts)
+# the same settings with every reference part, to compare a fixed pipeline's run against (one function
+# with capstone.healthy_twin: switching off one switches off both)
+from ..reference.pipeline import healthy_twin as reference_twin
 
 SKIP_LINE = "needs a CUDA GPU: skipped"
 
@@ -188,16 +191,6 @@ def activation_peaks(model: torch.nn.Module, inputs, logit_scale: float = 1.0) -
 def over_fp16(peaks: dict[str, float]) -> list[str]:
     """The names in ``activation_peaks``'s result whose peak fp16 cannot hold (above 65504)."""
     return [name for name, v in peaks.items() if not v <= FP16_MAX]
-
-
-def reference_twin(pipe):
-    """``pipe``'s settings (seeds, learning rate, sizes) with every part the reference one: the
-    healthy pipeline of the same configuration, to compare a fixed pipeline's run against."""
-    import dataclasses
-
-    from ..reference.pipeline import PARTS, Pipeline
-    return Pipeline(**{f.name: getattr(pipe, f.name) for f in dataclasses.fields(Pipeline)
-                       if f.name not in PARTS and f.name != "bugs"})
 
 
 def overflow_problems(pipe, seed: int = 0, steps: int = 6, atol: float = 1e-3, rtol_weights: float = 1e-5) -> list[str]:

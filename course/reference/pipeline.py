@@ -148,6 +148,15 @@ class Pipeline:
 
 PARTS = tuple(f.name for f in dataclasses.fields(Pipeline) if f.metadata.get("part"))
 
+
+def healthy_twin(pipe: Pipeline) -> Pipeline:
+    """``pipe``'s settings (seeds, learning rate, sizes) with every part the reference one: a healthy
+    pipeline of the same configuration, the negative control for a test. It reads only what anyone
+    can read off ``pipe``; it is not a fix (a fix keeps every part that was not broken)."""
+    settings = {f.name: getattr(pipe, f.name) for f in dataclasses.fields(Pipeline)
+                if f.name not in PARTS and f.name != "bugs"}
+    return Pipeline(**settings)
+
 # Sampling the data and solving for the stationary distribution are deterministic; cache them so
 # notebooks that build many variants of one pipeline pay once.
 _CACHE: dict = {}
