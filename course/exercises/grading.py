@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterable
 
 from ..toolkit.guards import SwitchedOff, _function, _raiser, captured_warnings, switched_off  # noqa: F401
+from .isolation import run_apart
 
 REJECTIONS: tuple[type[BaseException], ...] = (ValueError, AssertionError)
 
@@ -70,8 +71,6 @@ def assert_detector(detect: Callable[[object], bool], healthy: dict[str, object]
     apart, where no answer exists (``course.exercises.isolation.run_apart``), with the package functions in
     ``off`` and their private helpers switched off; the first exception it raised (broken cases
     first, then healthy ones, each in their dict's order) is raised here again."""
-    from .isolation import run_apart
-
     if not healthy or not broken:
         raise ValueError("a detector is graded on healthy and broken cases together")
     labels = [(name, True) for name in broken] + [(name, False) for name in healthy]
@@ -105,8 +104,6 @@ def assert_names(name: Callable[[object], str], cases: dict[str, tuple[object, s
     must hold at least two different answers, so a constant cannot pass. ``name`` runs apart, where
     no answer exists (``course.exercises.isolation.run_apart``), with the package functions in ``off`` and
     their private helpers switched off; only the strings it returned come back."""
-    from .isolation import run_apart
-
     assert len({e for _, e in cases.values()}) > 1, "grade a namer on cases with different answers"
     outcomes = run_apart(name, [case for case, _ in cases.values()], lambda case, got: _to_data(got), off=off)
     wrong = []
@@ -156,8 +153,6 @@ def graded_calls(fn: Callable, cases: list, send: Callable[[object], object] | N
     result itself, which must then be JSON data); the first exception a call raised is raised
     here again. For a call of learner code that ``assert_detector``, ``assert_names`` and
     ``course.exercises.mystery.check_fix`` do not cover (a diagnosis record: ``send=course.exercises.record.as_data``)."""
-    from .isolation import run_apart
-
     send = send or sendable
     return [o.get() for o in run_apart(fn, list(cases), lambda case, value: send(value), off=off)]
 

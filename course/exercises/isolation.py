@@ -74,6 +74,11 @@ _dumps, _loads = json.dumps, json.loads
 _FunctionType, _ModuleType = types.FunctionType, types.ModuleType
 _isinstance, _type, _getattr = isinstance, type, getattr
 
+from . import pristine as _pristine  # noqa: E402
+
+_pristine.snapshot()
+_restore = _pristine.restore
+
 # Audit events refused in a sealed process, whoever asks. Prefixes end with a dot.
 DENIED_EVENTS = frozenset({
     "gc.get_objects", "gc.get_referrers", "gc.get_referents",
@@ -529,28 +534,23 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
     return JSON data; an exception in ``fn`` or ``encode`` becomes that case's error. ``rejects``:
     exception classes reported as ``"rejected"``. Raises AssertionError when the child dies without
     answering (the message says how)."""
+    # Until the fork, this process calls only primitives bound at import: code planted in anything
+    # else (a random-state getter, IPython's accessor, a stream's flush) would run here with the
+    # test's cases on the stack. The random state, the shell and the warm-up are read in the child,
+    # after it has put the package and the libraries back as first imported (``pristine``).
     cases = list(cases)
     off = tuple(off)
-    _warm_up()
     if _fork is None:
         if not _warned_no_fork[0]:
             print("[grading] no os.fork here: graded calls run in this process, not isolated")
             _warned_no_fork[0] = True
+        _restore()
         state = rng_state()
-        return [_call(fn, c, encode, rejects, state) for c in cases]
+        return [_call(fn, _realized(c), encode, rejects, state) for c in cases]
     token = _urandom(16).hex()
-    state = rng_state()  # every call starts from it: the order of the calls changes nothing
     result_r, result_w = _pipe()
     out_r, out_w = _pipe()
     frame = _getframe(1)
-    try:
-        from IPython import get_ipython
-        shell = get_ipython()
-    except ImportError:
-        shell = None
-    user_ns = shell.user_ns if shell is not None else None
-    sys.stdout.flush()
-    sys.stderr.flush()
     pid = _fork()
     if pid == 0:  # the child: never returns
         try:
@@ -561,12 +561,21 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             stream = io.TextIOWrapper(io.FileIO(out_w, "w", closefd=False), line_buffering=True,
                                       errors="replace")
             sys.stdout = sys.stderr = stream
-            _forget(user_ns, frame)
+            restored = _restore()  # before anything that is not a bound primitive runs here
+            if restored:
+                print(f"[grading] this graded call ran on the package and libraries as first imported "
+                      f"(put back: {', '.join(restored[:8])}{', ...' if len(restored) > 8 else ''})")
+            state = rng_state()  # every call starts from it: the order of the calls changes nothing
+            _forget(_user_ns(), frame)
             del frame
             _reset_signals()  # a handler planted by the notebook would run on this thread's frames
             _quiet_torch_stacks()
+            _warm_up()
             _switch_off_for_good(off)
             seal()
+            # hidden draws are made only now, sealed, on what was just put back: before the fork
+            # their answers existed nowhere in this process tree but in the test's own source
+            cases = [_realized(c) for c in cases]
             # each case under a random slot, in the order of the slots: the worker thread (whose
             # target any code can reach) holds no index that says where a case came from
             slots = [_urandom(8).hex() for _ in cases]
@@ -591,6 +600,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             _exit_now(0)
     _close(result_w)
     _close(out_w)
+    status = None
     chunks, output = [], []
     try:
         open_fds = {result_r: chunks, out_r: output}
@@ -617,6 +627,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
                     _close(fd)
                 except OSError:
                     pass
+    _warm_up()  # here too, after the child: later graded calls need not import it again
     text = b"".join(output).decode("utf-8", "replace")
     if text:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -631,6 +642,22 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
         raise AssertionError(f"the graded call could not run: {message['failed']}")
     return [Outcome(error=r["error"]) if "error" in r else Outcome(value=r["value"])
             for r in message["results"]]
+
+
+def _user_ns():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell.user_ns if shell is not None else None
+
+
+def _realized(case):
+    """A case as the learner's function receives it: a hidden draw (``course.exercises.mystery.hidden``)
+    made now, without its answer stored anywhere; any other case as it is."""
+    realize = _getattr(_type(case), "_course_realize", None)
+    return realize(case)[0] if realize is not None and _type(case).__module__ == "course.exercises.mystery" else case
 
 
 def _work(fn, shuffled, encode, rejects, results, state) -> None:

@@ -48,6 +48,8 @@ import torch
 from ..bugs import inject
 from ..reference.model import Attention, TinyGPT, attention_mask
 from ..reference.pipeline import PARTS, Pipeline, _windows
+from .grading import captured_warnings, switched_off
+from .isolation import rng_state, run_apart, set_rng_state
 
 HEALTHY = "healthy"
 PART_FIELDS = PARTS  # every field of Pipeline declared with course.reference.pipeline.part
@@ -305,13 +307,49 @@ def draw(candidates: Sequence[str], seed: int, base: Pipeline | None = None, sal
 
 def make(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -> Pipeline:
     """Like ``draw``, with the answer chosen by the caller (for grading fresh draws of one bug)."""
+    pipe, secret = _made(answer, seed, base, salt)
+    _store(pipe, secret)
+    return pipe
+
+
+def _made(answer: str, seed: int, base: Pipeline | None, salt: str) -> tuple[Pipeline, _Secret]:
+    """The draw of ``make`` and its secret, stored nowhere."""
     base = Pipeline() if base is None else base
     config = _config(base, random.Random(f"{salt}|{seed}|config"))
     healthy = base.replace(**config)
     broken = healthy if answer == HEALTHY else inject(healthy, answer)
     pipe, touched_fields = _opaque(healthy, broken)
-    _store(pipe, _Secret(answer, touched_fields, config))
-    return pipe
+    return pipe, _Secret(answer, touched_fields, config)
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """A hidden draw not made yet: what ``make(answer, seed, base, salt)`` would draw, as plain data.
+
+    The grading functions (``course.exercises.grading.assert_detector``, ``assert_names``,
+    ``graded_calls``, ``check_fix``) take it wherever they take a drawn pipeline, and make the draw
+    only inside the graded call's sealed process (``course.exercises.isolation.run_apart``), after
+    that process has put the package and the libraries back as first imported: before the fork
+    no draw exists, so code planted in the kernel sees no pipeline and no registry entry, only
+    this record. The learner's function receives the drawn ``Pipeline``, never this record."""
+    answer: str
+    seed: int
+    base: Pipeline | None = None
+    salt: str = ""
+
+    def __repr__(self) -> str:
+        return "<hidden draw>"
+
+    def _course_realize(self) -> tuple[Pipeline, _Secret]:
+        if type(self) is not Hidden or (self.base is not None and type(self.base) is not Pipeline):
+            raise TypeError("a hidden draw is a course.exercises.mystery.Hidden of a plain Pipeline")
+        return _made(self.answer, self.seed, self.base, self.salt)
+
+
+def hidden(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -> Hidden:
+    """A hidden draw for a test cell: ``make``'s draw, made only where the learner's function is
+    graded (see ``Hidden``)."""
+    return Hidden(answer, seed, base, salt)
 
 
 def forget_all() -> None:
@@ -343,52 +381,103 @@ def signature(pipe: Pipeline) -> tuple:
 
 
 # ----- grading a fix ------------------------------------------------------------------------------
-def kept_problems(original: Pipeline, fixed: Pipeline) -> list[str]:
-    """What ``fixed`` changed that the bug of ``original`` did not touch (empty if nothing)."""
-    if not isinstance(fixed, Pipeline):
-        return [f"a fix must return a Pipeline (pipe.replace(part=...)), not {type(fixed).__name__}"]
-    allowed = set(touched(original))
+def kept_problems(original: Pipeline, fixed: Pipeline, allowed: Iterable[str] | None = None) -> list[str]:
+    """What ``fixed`` changed that the bug of ``original`` did not touch (empty if nothing).
+    ``allowed``: the fields the bug touched (default: ``touched(original)``). ``fixed`` must be a
+    plain ``Pipeline`` (``plain_pipeline``); every field of both is read once, in declaration order."""
+    if type(fixed) is not Pipeline:
+        return [_not_a_pipeline(fixed)]
+    allowed = set(touched(original) if allowed is None else allowed)
+    before, after = _fields_of(original), _fields_of(fixed)
     problems = []
-    for f in dataclasses.fields(Pipeline):
-        if f.name in allowed or f.name == "bugs":
+    for name in before:
+        if name in allowed or name == "bugs":
             continue
-        a, b = getattr(original, f.name), getattr(fixed, f.name)
-        same = a is b if f.name in PART_FIELDS else a == b
+        a, b = before[name], after[name]
+        same = a is b if name in PART_FIELDS else _same_setting(a, b)
         if not same:
-            kind = "part" if f.name in PART_FIELDS else "setting"
-            problems.append(f"the {kind} {f.name!r} was not broken, but your fix changed it")
-    if allowed and not any(getattr(original, f) is not getattr(fixed, f) for f in allowed):
+            kind = "part" if name in PART_FIELDS else "setting"
+            problems.append(f"the {kind} {name!r} was not broken, but your fix changed it")
+    if allowed and not any(before[f] is not after[f] for f in allowed):
         problems.append("your fix left every broken part as it was")
     return problems
 
 
-def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
+_getattribute = object.__getattribute__
+
+
+def _fields_of(pipe: Pipeline) -> dict:
+    """Every field of a plain ``Pipeline``, read once, in declaration order, past any class-level
+    attribute hook (``object.__getattribute__``)."""
+    return {f.name: _getattribute(pipe, f.name) for f in dataclasses.fields(Pipeline)}
+
+
+def _same_setting(a, b) -> bool:
+    """A setting kept: the same object, or an equal value of the very same plain type (a float, an
+    int, a string, a ``ModelConfig`` of plain values), so a returned object's own ``__eq__`` never runs."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) in (bool, int, float, str, type(None)):
+        return a == b
+    if type(a) is tuple:
+        return len(a) == len(b) and all(_same_setting(x, y) for x, y in zip(a, b))
+    if dataclasses.is_dataclass(a) and type(a).__module__.startswith("course."):
+        return all(_same_setting(_getattribute(a, f.name), _getattribute(b, f.name)) for f in dataclasses.fields(a))
+    return False
+
+
+def plain_pipeline(fixed) -> Pipeline:
+    """``fixed`` as a plain ``Pipeline`` rebuilt from its fields, so that the object a fix returned
+    cannot watch how it is checked (which fields are read, in which order). Anything but a
+    ``Pipeline`` itself (a subclass included) raises TypeError with what to return instead."""
+    if type(fixed) is not Pipeline:
+        raise TypeError(_not_a_pipeline(fixed))
+    return Pipeline(**_fields_of(fixed))
+
+
+def _not_a_pipeline(fixed) -> str:
+    kind = type(fixed)
+    what = f"{kind.__name__}, a subclass of Pipeline (return pipe.replace(...) itself)" \
+        if issubclass(kind, Pipeline) else kind.__name__
+    return f"a fix must return a Pipeline (pipe.replace(part=...)), not {what}"
+
+
+def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hidden],
               symptom: Callable[[Pipeline], str | None], what: str = "fix",
               off: Iterable[Callable] = ()) -> None:
-    """Grade ``fix`` on drawn ``pipes`` (fresh draws of the bug it is meant for): for each, the fixed
-    pipeline must keep every field the bug did not touch, and ``symptom(fixed)`` (a behavioural check
-    that trains it, returning a problem or None) must find nothing.
+    """Grade ``fix`` on ``pipes`` (fresh draws of the bug it is meant for, drawn or ``hidden``): for
+    each, the fixed pipeline must keep every field the bug did not touch, and ``symptom(fixed)`` (a
+    behavioural check that trains it, returning a problem or None) must find nothing.
 
-    ``fix`` decides apart, where no answer exists (``course.exercises.isolation.run_apart``), with ``reveal``,
-    ``draw``, ``make``, ``touched`` and the functions in ``off`` (and their private helpers) switched
-    off: what comes back is its result's ``fix_signature`` (which fields it changed, and to what kind
-    of value). The fixed pipeline itself cannot cross a process (a part may wrap the original parts,
-    or close over values), so ``fix`` runs once more here, from the same random state, with the
-    listed functions switched off and the draw registry emptied, and its result must have the same
-    signature: a fix that changes other fields, or to other kinds of value, fails. What a new value
-    carries (a closure's cells, defaults, attributes) is not compared; the re-run runs in the
-    kernel, which still holds the test cell's source."""
-    from .grading import captured_warnings, switched_off
-    from .isolation import rng_state, run_apart, set_rng_state
-
+    ``fix`` decides apart, where no answer exists (``course.exercises.isolation.run_apart``; a
+    ``Hidden`` draw is made only there), with ``reveal``, ``draw``, ``make``, ``touched`` and the
+    functions in ``off`` (and their private helpers) switched off: what comes back is its result's
+    ``fix_signature`` (which fields it changed, and to what kind of value). The fixed pipeline
+    itself cannot cross a process (a part may wrap the original parts, or close over values), so
+    ``fix`` runs once more here, from the same random state, with the listed functions switched
+    off and the draw registry emptied (a hidden draw is made here only now, after the graded call,
+    its answer never stored), and its result must have the same signature: a fix that changes
+    other fields, or to other kinds of value, fails. The result must be a plain ``Pipeline``: it
+    is rebuilt from its fields (``plain_pipeline``) before anything reads it, and the rebuilt one
+    is what is compared and trained. What a new value carries (a closure's cells, defaults,
+    attributes) is not compared; the re-run runs in the kernel, which still holds the test cell's
+    source."""
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
     off = (reveal, draw, make, touched, *off)
-    state = rng_state()
     decided = run_apart(fix, pipes, fix_signature, off=off)
+    state = rng_state()
     failures = []
-    for i, (pipe, outcome) in enumerate(zip(pipes, decided)):
+    for i, (case, outcome) in enumerate(zip(pipes, decided)):
         apart = outcome.get()
+        if type(case) is Hidden:
+            pipe, secret = case._course_realize()
+            allowed = secret.touched
+            del secret
+        else:
+            pipe, allowed = case, None
         set_rng_state(state)
         hidden = dict(_SECRETS)
         _SECRETS.clear()  # the re-run cannot read the answer here either
@@ -402,10 +491,11 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline],
             problems.append("your fix chose differently in the kernel than in the copy of the kernel "
                             "where it was graded; a fix must depend only on the pipeline it is given (not on "
                             "counters, caches, the time or os.urandom)")
-        elif not isinstance(fixed, Pipeline):
-            problems.append(f"a fix must return a Pipeline (pipe.replace(part=...)), not {type(fixed).__name__}")
+        elif type(fixed) is not Pipeline:
+            problems.append(_not_a_pipeline(fixed))
         else:
-            problems = kept_problems(pipe, fixed)
+            fixed = plain_pipeline(fixed)
+            problems = kept_problems(pipe, fixed, allowed)
         if not problems:
             with captured_warnings():
                 found = symptom(fixed)
@@ -421,14 +511,14 @@ def fix_signature(original: Pipeline, fixed) -> dict:
     object as ``original``'s, a description of its new value (a setting's repr, ``None``, a function
     or class by module and name, a function made in the notebook by its name and code, another
     object by its type). Equal signatures: the same fields changed to the same kinds of value."""
-    if not isinstance(fixed, Pipeline):
+    if type(fixed) is not Pipeline:
         return {"not_a_pipeline": type(fixed).__qualname__}
     out = {}
-    for f in dataclasses.fields(Pipeline):
-        value, before = getattr(fixed, f.name), getattr(original, f.name)
-        if value is before:
+    old, new = _fields_of(original), _fields_of(fixed)
+    for name, value in new.items():
+        if value is old[name]:
             continue
-        out[f.name] = _describe(value) if f.name in PART_FIELDS else {"setting": repr(value)}
+        out[name] = _describe(value) if name in PART_FIELDS else {"setting": repr(value)}
     return out
 
 

@@ -1,0 +1,215 @@
+"""Code planted before a graded call: a hidden draw's answer never sits where it could run.
+
+Issue 31's routes, each tried against a graded call with hidden draws (``mystery.hidden``), beside
+a control in which the same planted code reaches the answer of a draw made in this process (so
+each test would fail if its route were open):
+
+1. a spy on something the kernel calls just before it forks (``torch.random.get_rng_state``, read
+   by ``rng_state``) that copies the draw registry;
+2. a subclass planted as a library class the draw builds (``random.Random``), whose ``__init__``
+   reads the drawing frame's locals;
+3. (test cells' names: ``tests/test_test_cells.py``)
+4. a fix that returns a ``Pipeline`` subclass which watches which fields are read.
+
+Plus the design itself: between a grading function's entry and the fork, this process runs no
+Python code outside ``course.exercises`` (profiled), and ``pristine`` puts back what was planted,
+with no false report after a real run.
+"""
+import os
+import random
+import sys
+
+import pytest
+
+from course import Pipeline
+from course.exercises import grading, isolation, mystery, pristine
+
+SMALL = Pipeline().replace(steps=5, n_train=256, n_val=64)
+STASH: dict = {}  # what the planted code saw: language seed -> answer
+
+
+def _from_stash(pipe):
+    return STASH.get(pipe.language_seed, "healthy") != "healthy"
+
+
+def _cases():
+    return ({"hidden healthy": mystery.hidden("healthy", 1, SMALL, salt="t-planted")},
+            {"hidden broken": mystery.hidden("lr-zero", 2, SMALL, salt="t-planted")})
+
+
+@pytest.fixture
+def planted():
+    """Undo whatever a test planted, and empty the stash."""
+    saved = random.Random
+    STASH.clear()
+    yield
+    random.Random = saved
+    STASH.clear()
+
+
+def _copy_registry():
+    for entry in list(mystery._SECRETS.values()):
+        secret = entry[1]
+        STASH[secret.config["language_seed"]] = secret.answer
+
+
+def test_a_spy_on_the_random_state_sees_no_hidden_answer(planted, monkeypatch):
+    import torch.random
+    real = torch.random.get_rng_state
+
+    def spy():
+        _copy_registry()
+        return real()
+    monkeypatch.setattr(torch.random, "get_rng_state", spy)
+    # control: with a draw made here, the same spy copies its answer as soon as anything reads
+    # the random state (rng_state, which graded calls used to call before the fork)
+    made = mystery.make("lr-zero", 2, SMALL, salt="t-control")
+    isolation.rng_state()
+    assert _from_stash(made), "the control: the spy reads the registry of this process"
+    STASH.clear()
+    healthy, broken = _cases()
+    with pytest.raises(AssertionError, match="did not catch: hidden broken"):
+        grading.assert_detector(_from_stash, healthy, broken)
+    assert STASH == {}, f"the spy saw hidden answers: {STASH}"
+
+
+def test_a_planted_random_class_does_not_draw_the_hidden_draws(planted):
+    real = random.Random
+
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            caller = sys._getframe(1).f_locals
+            if "answer" in caller and "base" in caller:
+                STASH[("answer", len(STASH))] = caller["answer"]
+            super().__init__(*args, **kwargs)
+    random.Random = Spy
+    # control: a draw made here builds its random stream from the planted class
+    mystery.make("lr-zero", 2, SMALL, salt="t-control")
+    assert "lr-zero" in STASH.values(), "the control: the planted class reads the drawing frame"
+    STASH.clear()
+
+    def detect(pipe):
+        return "lr-zero" in STASH.values()
+    healthy, broken = _cases()
+    with pytest.raises(AssertionError, match="did not catch: hidden broken"):
+        grading.assert_detector(detect, healthy, broken)
+
+
+def test_a_hidden_draw_is_made_apart_and_graded_like_a_drawn_one():
+    # an honest detector scores the same on hidden draws as on the same draws made here
+    def detect(pipe):
+        from course.reference.train import train
+        run = train(pipe, steps=2, seed=0, eval_every=0)
+        return all(g["lr"] == 0 for g in run.optimizer.param_groups)
+    healthy, broken = _cases()
+    grading.assert_detector(detect, healthy, broken)
+    made = {k: mystery.make(h.answer, h.seed, h.base, h.salt) for k, h in {**healthy, **broken}.items()}
+    assert [detect(p) for p in made.values()] == [False, True]
+    grading.assert_names(lambda p: "lr-zero" if detect(p) else "healthy",
+                         {"a": (healthy["hidden healthy"], "healthy"), "b": (broken["hidden broken"], "lr-zero")})
+    assert repr(healthy["hidden healthy"]) == "<hidden draw>"
+    got = grading.graded_calls(lambda p: type(p).__name__, [broken["hidden broken"]])
+    assert got == ["Pipeline"], "the learner's function receives the drawn Pipeline, not the record"
+
+
+def test_a_hidden_draw_leaves_no_answer_in_the_registry():
+    before = dict(mystery._SECRETS)
+    grading.graded_calls(lambda p: len(mystery._SECRETS), [mystery.hidden("lr-zero", 2, SMALL)]) == [0]
+    assert grading.graded_calls(lambda p: len(mystery._SECRETS), [mystery.hidden("lr-zero", 2, SMALL)]) == [0]
+    assert dict(mystery._SECRETS) == before, "checking a fix made no entry here either"
+
+
+def _calls_before_fork(run):
+    """The files of the Python functions this process calls from ``run()``'s start until its first
+    ``os.fork``."""
+    files, state = [], {"forked": False}
+
+    def profile(frame, event, arg):
+        if state["forked"]:
+            return
+        if event == "c_call" and getattr(arg, "__name__", "") == "fork":
+            state["forked"] = True
+        elif event == "call":
+            files.append(frame.f_code.co_filename)
+    sys.setprofile(profile)
+    try:
+        run()
+    except AssertionError:
+        pass
+    finally:
+        sys.setprofile(None)
+    assert state["forked"], "the graded call forked"
+    return files
+
+
+EXERCISES = os.path.dirname(isolation.__file__) + os.sep
+
+
+def test_until_the_fork_only_the_grading_code_runs_here():
+    healthy, broken = _cases()
+    seen = _calls_before_fork(lambda: grading.assert_detector(lambda p: True, healthy, broken))
+    outside = sorted({f for f in seen if not f.startswith(EXERCISES) and f != __file__})
+    assert seen and not outside, f"code outside course/exercises ran before the fork: {outside}"
+    fix_seen = _calls_before_fork(lambda: mystery.check_fix(lambda p: p, [broken["hidden broken"]], lambda f: None))
+    assert not sorted({f for f in fix_seen if not f.startswith(EXERCISES) and f != __file__})
+
+
+def test_the_profile_sees_a_library_call_before_the_fork(monkeypatch):
+    # negative control of the test above: a primitive that is not bound at import is seen
+    import random as stdlib_random
+    monkeypatch.setattr(isolation, "_urandom", lambda n: stdlib_random.randbytes(n))
+    healthy, broken = _cases()
+    seen = _calls_before_fork(lambda: grading.assert_detector(lambda p: True, healthy, broken))
+    assert any(f.endswith("random.py") for f in seen)
+
+
+def test_a_fix_returning_a_watching_subclass_is_refused():
+    import course.reference.pipeline
+
+    class Watching(Pipeline):
+        def __getattribute__(self, name):
+            STASH.setdefault("read", []).append(name)
+            return object.__getattribute__(self, name)
+    target = mystery.hidden("lr-zero", 2, SMALL, salt="t-fix")
+
+    def watching(p):
+        fixed = p.replace(optimizer_factory=course.reference.pipeline.adamw)
+        return Watching(**{f: getattr(fixed, f) for f in Pipeline.__dataclass_fields__})
+    with pytest.raises(AssertionError, match="not Watching, a subclass of Pipeline"):
+        mystery.check_fix(watching, [target], lambda fixed: None)
+    assert "read" not in STASH or not STASH["read"], "the check never read the subclass's fields through it"
+    # control: the same fix, returned as the plain Pipeline, passes
+    mystery.check_fix(lambda p: p.replace(optimizer_factory=course.reference.pipeline.adamw), [target],
+                      lambda fixed: None if type(fixed) is Pipeline else "not plain")
+
+
+def test_a_plain_pipeline_is_rebuilt_field_by_field():
+    p = mystery.make("healthy", 4, SMALL)
+    q = mystery.plain_pipeline(p)
+    assert q is not p and type(q) is Pipeline
+    assert all(getattr(q, f) is getattr(p, f) for f in Pipeline.__dataclass_fields__)
+    with pytest.raises(TypeError, match="not str"):
+        mystery.plain_pipeline("fixed")
+
+
+def test_pristine_puts_back_what_was_planted_and_reports_nothing_after_a_real_run(planted):
+    import inspect
+
+    import torch
+
+    from course.reference.train import train
+    train(SMALL, steps=2, seed=0, eval_every=0)  # a real run: torch's own wrappers are not blamed
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    import torch._dynamo  # noqa: F401 (rebinds torch.manual_seed on purpose)
+    assert pristine.changed() == [], "nothing planted yet, nothing to report"
+    real = inspect.Signature.from_callable
+    inspect.Signature.from_callable = classmethod(lambda cls, f, **k: real(f, **k))
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+    mystery._config.__defaults__ = (1,)
+    report = pristine.restore()
+    assert any("inspect.Signature.from_callable" in r for r in report), report
+    assert any("_global_forward_hooks" in r for r in report), report
+    assert any("mystery._config.__defaults__" in r for r in report), report
+    assert inspect.Signature.__dict__["from_callable"].__func__ is real.__func__
+    assert pristine.changed() == []
+    handle.remove()
