@@ -146,19 +146,29 @@ def install(shell) -> None:
             __import__("course.exercises.identity")
         except ImportError:
             pass
-    # the package and the libraries a graded call runs on, recorded by course.exercises.pristine at
-    # the import of course.exercises.isolation (now, before any submitted code): put back before
-    # each test, so the test cell's own work (building its cases, comparing) runs on them too
-    pristine_restore = pristine_code = None
+    # the package and the libraries a graded call runs on (course.exercises.pristine), recorded now,
+    # before any submitted code, and again right after each guarded module's import (torch, each
+    # module of course): put back before each test, so the test cell's own work runs on them too.
+    # The file is loaded on its own, under its package name: importing the package would import
+    # torch in every kernel, a toy course's too
+    pristine_record = pristine_restore = pristine_code = None
     try:
-        for name in ("course.exercises.isolation", *course_modules()):
-            __import__(name)
-        pristine = modules["course.exercises.pristine"]
-        pristine.snapshot()
-        pristine_restore = pristine.restore
-        pristine_code = pristine_restore.__code__
-    except (ImportError, KeyError, AttributeError):
-        pass
+        import importlib.util
+        spec = importlib.util.find_spec("course")
+        if spec is not None and spec.submodule_search_locations:
+            path = os.path.join(list(spec.submodule_search_locations)[0], "exercises", "pristine.py")
+            pristine = modules.get("course.exercises.pristine")
+            if pristine is None and os.path.isfile(path):
+                pspec = importlib.util.spec_from_file_location("course.exercises.pristine", path)
+                pristine = importlib.util.module_from_spec(pspec)
+                modules["course.exercises.pristine"] = pristine
+                pspec.loader.exec_module(pristine)
+            if pristine is not None:
+                pristine_record, pristine_restore = pristine.record, pristine.restore
+                pristine_code = (pristine_record.__code__, pristine_restore.__code__)
+                pristine_record()
+    except (ImportError, AttributeError, OSError, SyntaxError):
+        pristine_record = pristine_restore = None
     for name in wanted:
         if name in modules:
             snapshot(name, modules[name])
@@ -202,6 +212,8 @@ def install(shell) -> None:
                 def exec_module(module):
                     inner(module)
                     snapshot(name, module)
+                    if pristine_record is not None:
+                        pristine_record()
             else:
                 def exec_module(module):
                     before = {m: drifted(m) for m in side if m in snap}
@@ -496,7 +508,7 @@ def install(shell) -> None:
                     except (AttributeError, TypeError):
                         pass
         if pristine_restore is not None:
-            pristine_restore.__code__ = pristine_code
+            pristine_record.__code__, pristine_restore.__code__ = pristine_code
             fixed += [r for r in pristine_restore() if r.split(" ")[0] not in fixed]
         for k in test_names:
             if k in pristine_builtins and k in user_ns and user_ns[k] is not pristine_builtins[k]:

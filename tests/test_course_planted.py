@@ -201,6 +201,7 @@ def test_pristine_puts_back_what_was_planted_and_reports_nothing_after_a_real_ru
     train(SMALL, steps=2, seed=0, eval_every=0)  # a real run: torch's own wrappers are not blamed
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     import torch._dynamo  # noqa: F401 (rebinds torch.manual_seed on purpose)
+    import transformers  # noqa: F401 (adds methods to torch.nn.Module on purpose)
     assert pristine.changed() == [], "nothing planted yet, nothing to report"
     real = inspect.Signature.from_callable
     inspect.Signature.from_callable = classmethod(lambda cls, f, **k: real(f, **k))

@@ -5,8 +5,12 @@ A mystery's answer (which bug a drawn pipeline carries) lives in the kernel that
 code in the same interpreter can read anything there: a module's private registry, the garbage
 collector, the caller's frame, a closure's cells, the test cell's own source in IPython's history.
 So a test never calls a learner's ``detect`` / ``name_cause`` / ``fix`` in the kernel itself.
-``run_apart(fn, cases)`` forks the kernel and, in the child, before any learner code runs:
+``run_apart(fn, cases)`` forks the kernel, calling nothing but the primitives bound below until
+then, and, in the child, before any learner code runs:
 
+0. **puts back** the package and the libraries it runs on as first imported
+   (``course.exercises.pristine``), and says what it put back; only then reads the random state
+   and the shell;
 1. **forgets the answers**: the draw registry of ``course.exercises.mystery`` is emptied; the data the running
    test cell assigned at its top level (its expected answers, its labelled draws; the functions it
    defines stay, with their closures) is deleted; IPython's input and output history, the source
@@ -23,6 +27,8 @@ So a test never calls a learner's ``detect`` / ``name_cause`` / ``fix`` in the k
    one) is refused to everyone, a library's helper too; any frame is refused to a notebook's code;
    a part keeps its function as a local of a suspended generator (``course.exercises.mystery.Part``), and
    that generator cannot be opened;
+   then makes the **hidden draws** among the cases (``course.exercises.mystery.Hidden``, plain data
+   until now), storing no answer: before the fork they existed nowhere;
 4. runs the calls in a fresh thread (whose stack holds none of the test's frames), in an order
    shuffled from ``os.urandom``, each from the same random state, so the position of a call says
    nothing.
@@ -36,10 +42,10 @@ on stdout (a warning never costs the cell).
 Limits, stated plainly. Learner code that runs *outside* a graded call (an ordinary cell, or a
 part of a fix that the test trains in the kernel) is not isolated: it can read the answers of the
 notebook's visible draws, which is why every graded cell also grades fresh draws made inside the
-test cell with a salt the learner never sees. What the kernel runs during a test cell (the draws
-it makes) is trusted only as far as the grading guard checks it: a spy planted in a class of the
-standard library before the test, which the guard does not restore, sees the seeds the draws are
-made from. A function rebuilt before the test from a copy of a package function's code object
+test cell with a salt the learner never sees. A draw the test cell makes with ``mystery.make``
+(not ``hidden``) exists in the kernel while the test runs: there, only the grading guard's restore
+keeps planted code from running beside it. ``pristine`` puts back code, not data, and only for the
+modules it lists (its docstring says what that leaves). A function rebuilt before the test from a copy of a package function's code object
 escapes the switch-off; code compiled under a library's file name passes for library code; raw
 memory read through a buffer protocol (numpy's array interface at an address) is not audited.
 Where ``os.fork`` does not exist (Windows), ``run_apart`` calls in-process and says so once.
@@ -76,7 +82,7 @@ _isinstance, _type, _getattr = isinstance, type, getattr
 
 from . import pristine as _pristine  # noqa: E402
 
-_pristine.snapshot()
+_pristine.record()
 _restore = _pristine.restore
 
 # Audit events refused in a sealed process, whoever asks. Prefixes end with a dot.

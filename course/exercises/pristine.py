@@ -3,20 +3,21 @@
 A graded call (``course.exercises.isolation.run_apart``) runs in a process forked from a kernel in
 which learner code has run, and it makes the hidden draws there. Code planted beforehand in
 anything a draw or a check calls would run with the answer on the stack: a module's function or
-class (``random.Random`` rebound to a subclass), a class's method (``random.Random.getstate``,
-``inspect.Signature.from_callable``), a function's code, defaults or closure, a torch global hook.
-``snapshot()`` records these for every module of ``MODULES`` that is imported when it runs;
-``course.exercises.isolation`` calls it once, at its own import (the grading kernel imports the
-package before any submitted code), after importing what torch would otherwise import lazily
-inside a graded call (``torch._dynamo``, which rebinds ``torch.manual_seed`` on purpose).
-``restore()`` puts back everything that differs and names it; ``changed()`` names it and touches
-nothing. Recorded, per module:
+class (``random.Random`` rebound to a subclass), a class's method (``inspect.Signature.
+from_callable``), a function's code, defaults or wrapped function, a torch global hook.
+``record()`` records these for every module of ``MODULES`` that is fully imported and not yet
+recorded; ``restore()`` puts back everything that differs and names it; ``changed()`` names it and
+touches nothing. Who records when: the grading kernel's guard (``autograder/kernel_guard.py``)
+loads this file before any submitted code, records what is imported then, and records again right
+after each import of torch or of a module of ``course`` finishes; ``course.exercises.isolation``
+records at its own import; ``restore`` and ``changed`` record a module they see for the first time
+as it is then (outside the grading kernel, that may be after learner code ran). Recorded, per module:
 
 * its ``sys.modules`` entry, its class, and every entry of its ``__dict__`` that holds code (a
   function, a class, a module, any callable); entries that hold data (``tempfile.tempdir``, a
-  cache) change as a library runs and are not recorded; an entry added later is put back only
-  where it shadows a builtin or is a module ``__getattr__``/``__dir__`` (imports add submodules,
-  which stay);
+  counter, a cache) change as a library runs and are not recorded; an entry added later is put
+  back only where it shadows a builtin or is a module ``__getattr__``/``__dir__`` (imports add
+  submodules, which stay);
 * for each class it defines: every entry of its ``__dict__`` that is code (a function, a
   descriptor such as a property, any callable); an entry of code added later is removed; data
   (``__slotnames__``, a counter, a cache) is neither recorded nor removed;
@@ -26,58 +27,60 @@ nothing. Recorded, per module:
 * the contents of torch's global hook registries (``GLOBAL_HOOKS``): a global forward hook or
   optimizer hook registered beforehand would run inside every draw and every check.
 
+A change whose new value is a function of a library's own files (site-packages or the standard
+library, not ``course`` and not a notebook) is a library's doing and is kept: torch wraps
+``torch.manual_seed`` when ``torch._dynamo`` is imported and an optimizer class's ``step`` at its
+first instance; ``transformers`` adds methods to ``torch.nn.Module``.
+
 Limits: only modules of ``MODULES``, only what they define, only at the level above (an instance's
 attributes, ``random._inst``'s say, are not recorded; a graded call builds its own instances).
-Builtin types cannot be changed from Python. The records are tuples, bound in this module, which
-the grading kernel's guard puts back before each test; code written to find and change them
-(through the garbage collector, ``ctypes``) is an attack on the grader, for the reviewer.
+Builtin types cannot be changed from Python. A callable compiled under a library's file name passes
+for the library's. The records live in the closure of this module's functions; code written to find
+and change them (``__closure__``, the garbage collector, ``ctypes``) is an attack on the grader,
+for the reviewer.
 """
 
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import types
 
 # The modules, by name or by package prefix (a name ending in "."), whose state is recorded.
 # course, torch's modules that build, run and train a model (not its compilers, whose config
 # modules change as they run), and the standard-library modules the package's code calls.
-MODULES = ("course", "course.", "torch", "torch.nn.", "torch.optim.", "torch.autograd.", "torch.random",
-           "torch._tensor", "torch.functional", "torch.serialization", "torch.utils.data.", "torch.utils.hooks",
-           "torch.utils._contextlib", "torch.amp.", "torch.overrides", "torch._utils", "torch.types",
-           "torch.testing.", "torch.nn", "torch.optim", "torch.autograd", "torch.utils.data",
+MODULES = ("course", "course.", "torch", "torch.nn", "torch.nn.", "torch.optim", "torch.optim.",
+           "torch.autograd", "torch.autograd.", "torch.random", "torch._tensor", "torch.functional",
+           "torch.serialization", "torch.utils.data", "torch.utils.data.", "torch.utils.hooks",
+           "torch.utils._contextlib", "torch.amp", "torch.amp.", "torch.overrides", "torch._utils",
+           "torch.types", "torch.testing", "torch.testing.",
            "random", "inspect", "dataclasses", "functools", "copy", "copyreg", "weakref", "json", "json.",
            "types", "typing", "contextlib", "collections", "collections.", "abc", "enum", "math",
            "operator", "itertools", "hashlib", "marshal", "statistics", "numbers", "heapq", "bisect",
            "string", "re", "io", "os", "posixpath", "time", "traceback", "linecache", "dis")
 # (module, attribute): a registry of global hooks whose contents are put back too.
-GLOBAL_HOOKS = (
-    ("torch.nn.modules.module", "_global_buffer_registration_hooks"),
-    ("torch.nn.modules.module", "_global_module_registration_hooks"),
-    ("torch.nn.modules.module", "_global_parameter_registration_hooks"),
-    ("torch.nn.modules.module", "_global_backward_pre_hooks"),
-    ("torch.nn.modules.module", "_global_backward_hooks"),
-    ("torch.nn.modules.module", "_global_forward_pre_hooks"),
-    ("torch.nn.modules.module", "_global_forward_hooks"),
-    ("torch.nn.modules.module", "_global_forward_hooks_always_called"),
-    ("torch.nn.modules.module", "_global_forward_hooks_with_kwargs"),
-    ("torch.optim.optimizer", "_global_optimizer_pre_hooks"),
-    ("torch.optim.optimizer", "_global_optimizer_post_hooks"),
-)
+GLOBAL_HOOKS = tuple(("torch.nn.modules.module", f"_global_{kind}") for kind in (
+    "buffer_registration_hooks", "module_registration_hooks", "parameter_registration_hooks",
+    "backward_pre_hooks", "backward_hooks", "forward_pre_hooks", "forward_hooks",
+    "forward_hooks_always_called", "forward_hooks_with_kwargs")) + \
+    (("torch.optim.optimizer", "_global_optimizer_pre_hooks"), ("torch.optim.optimizer", "_global_optimizer_post_hooks"))
+
 _SHADOWS = frozenset(vars(builtins)) | {"__getattr__", "__dir__"}
 _FunctionType, _ModuleType, _CodeType = types.FunctionType, types.ModuleType, types.CodeType
 _isinstance, _type, _id, _callable, _setattr, _delattr = isinstance, type, id, callable, setattr, delattr
+_getattr, _hasattr, _len, _tuple = getattr, hasattr, len, tuple
 _modules = sys.modules
-_WRAPPER_FILES: frozenset = frozenset()  # the files of torch's own wrappers (``_adopted``)
-
-# Filled by snapshot(): tuples, so what they hold cannot be changed in place.
-_RECORD: tuple = ()
-_FUNCTIONS: tuple = ()
-_HOOKS: tuple = ()
+# a library's own files: site-packages and the standard library (course is not among them: it is
+# installed in place, from the repository)
+_LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in
+                              (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)} |
+                             {os.path.dirname(os.__file__) + os.sep}))
+_COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def wanted(name: str) -> bool:
-    """Whether the module ``name`` is one ``snapshot`` records."""
+    """Whether the module ``name`` is one ``record`` records."""
     return any(name == m or (m.endswith(".") and name.startswith(m)) for m in MODULES)
 
 
@@ -89,34 +92,23 @@ def _methods(value):
         inner = value.__func__
         return (inner,) if _isinstance(inner, _FunctionType) else ()
     if _isinstance(value, property):
-        return tuple(f for f in (value.fget, value.fset, value.fdel) if _isinstance(f, _FunctionType))
+        return _tuple(f for f in (value.fget, value.fset, value.fdel) if _isinstance(f, _FunctionType))
     return ()
 
 
 def _code(value) -> bool:
     """Whether a class attribute is code (callable, or a descriptor such as a property)."""
-    return _callable(value) or hasattr(_type(value), "__get__")
+    return _callable(value) or _hasattr(_type(value), "__get__")
 
 
-def _adopted(recorded, now) -> bool:
-    """A rebinding that torch makes on purpose, with a wrapper of its own around what was there:
-    importing ``torch._dynamo`` (lazily, at an optimizer's first step) wraps ``torch.manual_seed``
-    (``torch._compile``); an optimizer class's first instance wraps its class's ``step``
-    (``torch.optim.optimizer``, for the profiler and the step hooks; ``recorded`` is None where the
-    class inherited ``step``)."""
-    code = getattr(now, "__code__", None)
-    if code is None or code.co_filename not in _WRAPPER_FILES:
+def _library(value) -> bool:
+    """Whether ``value`` is a function (or a method wrapping one) of a library's own files."""
+    fn = _getattr(value, "__func__", value)
+    code = _getattr(fn, "__code__", None)
+    if not _isinstance(code, _CodeType):
         return False
-    inner = getattr(now, "__wrapped__", None)
-    return inner is recorded or (recorded is None and inner is not None)
-
-
-def _function_record(fn) -> tuple:
-    cells = ()
-    if fn.__closure__:
-        cells = tuple((i, cell, cell.cell_contents) for i, cell in enumerate(fn.__closure__)
-                      if _cell_callable(cell))
-    return (fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, cells)
+    name = code.co_filename
+    return name.startswith(_LIBRARY_DIRS) and not name.startswith(_COURSE_DIR)
 
 
 def _cell_callable(cell) -> bool:
@@ -127,51 +119,11 @@ def _cell_callable(cell) -> bool:
     return _callable(value) and not _isinstance(value, type)
 
 
-def snapshot() -> None:
-    """Record the modules of ``MODULES`` that are imported now (see the module docstring), in place
-    of any earlier record: call it only before any learner code has run (``isolation`` at its
-    import; the grading kernel's guard again once it has imported every module of ``course``). A
-    module still being imported is left out (its code is not all there yet); ``restore`` and
-    ``changed`` record a module they see for the first time as it is then."""
-    global _RECORD, _FUNCTIONS, _HOOKS, _WRAPPER_FILES
-    _WRAPPER_FILES = frozenset(f for f in (getattr(_modules.get(m), "__file__", None)
-                                           for m in ("torch._compile", "torch.optim.optimizer")) if f)
-    _RECORD, _FUNCTIONS = _records(set())
-    hooks = []
-    for module_name, attr in GLOBAL_HOOKS:
-        owner = _modules.get(module_name)
-        registry = getattr(owner, attr, None)
-        if registry is not None and hasattr(registry, "items"):
-            hooks.append((f"{module_name}.{attr}", owner, attr, registry, tuple(registry.items())))
-    _HOOKS = tuple(hooks)
-
-
-def _records(known: set) -> tuple[tuple, tuple]:
-    """Records of the wanted, fully imported modules whose names are not in ``known``."""
-    record, functions, seen_fn, seen_cls = [], [], set(), set()
-    for name, module in list(_modules.items()):
-        if name in known or not _isinstance(module, _ModuleType) or not wanted(name) \
-                or getattr(getattr(module, "__spec__", None), "_initializing", False):
-            continue
-        entries = tuple((k, v) for k, v in module.__dict__.items() if _callable(v) or _isinstance(v, _ModuleType))
-        classes = []
-        for key, value in entries:
-            if _isinstance(value, _FunctionType) and getattr(value, "__module__", None) == name \
-                    and _id(value) not in seen_fn:
-                seen_fn.add(_id(value))
-                functions.append(_function_record(value))
-            elif _isinstance(value, type) and getattr(value, "__module__", None) == name \
-                    and _id(value) not in seen_cls and not _immutable(value):
-                seen_cls.add(_id(value))
-                members = tuple((k, v) for k, v in value.__dict__.items() if _code(v))
-                classes.append((value, members))
-                for _, member in members:
-                    for fn in _methods(member):
-                        if _id(fn) not in seen_fn:
-                            seen_fn.add(_id(fn))
-                            functions.append(_function_record(fn))
-        record.append((name, module, _type(module), entries, frozenset(module.__dict__), tuple(classes)))
-    return tuple(record), tuple(functions)
+def _function_record(fn) -> tuple:
+    cells = ()
+    if fn.__closure__:
+        cells = _tuple((i, cell, cell.cell_contents) for i, cell in enumerate(fn.__closure__) if _cell_callable(cell))
+    return (fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, cells)
 
 
 def _immutable(cls) -> bool:
@@ -182,89 +134,156 @@ def _immutable(cls) -> bool:
         return True
 
 
-def _sweep(fix: bool) -> list[str]:
-    global _RECORD, _FUNCTIONS
-    late, late_functions = _records({r[0] for r in _RECORD})
-    if late:
-        _RECORD, _FUNCTIONS = _RECORD + late, _FUNCTIONS + late_functions
-    out = []
-    missing = out  # a sentinel no module holds
-    for name, module, cls, entries, keys, classes in _RECORD:
-        if _modules.get(name) is not module:
-            out.append(f"sys.modules[{name!r}] (replaced)")
+def _module_record(name, module, seen_fn, seen_cls, functions) -> tuple:
+    entries = _tuple((k, v) for k, v in module.__dict__.items() if _callable(v) or _isinstance(v, _ModuleType))
+    classes = []
+    for _, value in entries:
+        if _isinstance(value, _FunctionType) and _getattr(value, "__module__", None) == name \
+                and _id(value) not in seen_fn:
+            seen_fn.add(_id(value))
+            functions.append(_function_record(value))
+        elif _isinstance(value, type) and _getattr(value, "__module__", None) == name \
+                and _id(value) not in seen_cls and not _immutable(value):
+            seen_cls.add(_id(value))
+            members = _tuple((k, v) for k, v in value.__dict__.items() if _code(v))
+            classes.append((value, members))
+            for _, member in members:
+                for fn in _methods(member):
+                    if _id(fn) not in seen_fn:
+                        seen_fn.add(_id(fn))
+                        functions.append(_function_record(fn))
+    return (name, module, _type(module), entries, frozenset(module.__dict__), _tuple(classes))
+
+
+def _sweep_module(rec, fix, out, missing) -> None:
+    name, module, cls, entries, keys, classes = rec
+    if _modules.get(name) is not module:
+        out.append(f"sys.modules[{name!r}] (replaced)")
+        if fix:
+            _modules[name] = module
+    if _type(module) is not cls:
+        out.append(f"{name}.__class__ (replaced)")
+        if fix:
+            module.__class__ = cls
+    d = module.__dict__
+    for key, value in entries:
+        now = d.get(key, missing)
+        if now is not value and not _library(now):
+            out.append(f"{name}.{key} (replaced)")
             if fix:
-                _modules[name] = module
-        if _type(module) is not cls:
-            out.append(f"{name}.__class__ (replaced)")
-            if fix:
-                module.__class__ = cls
-        d = module.__dict__
-        for key, value in entries:
-            now = d.get(key, missing)
-            if now is not value and not _adopted(value, now):
-                out.append(f"{name}.{key} (replaced)")
-                if fix:
-                    d[key] = value
-        for key in _SHADOWS.intersection(d).difference(keys):
+                d[key] = value
+    for key in _SHADOWS.intersection(d).difference(keys):
+        if not _library(d[key]):
             out.append(f"{name}.{key} (added)")
             if fix:
                 del d[key]
-        for klass, members in classes:
-            have = klass.__dict__
-            for key, value in members:
-                now = have.get(key, missing)
-                if now is not value and not _adopted(value, now):
-                    out.append(f"{name}.{klass.__qualname__}.{key} (replaced in the class)")
-                    if fix:
-                        _setattr(klass, key, value)
-            if len(have) != len(members):
-                known = {key for key, _ in members}
-                for key in [k for k in have if k not in known and _code(have[k]) and not _adopted(None, have[k])]:
-                    out.append(f"{name}.{klass.__qualname__}.{key} (added to the class)")
-                    if fix:
-                        _delattr(klass, key)
-    for fn, code, defaults, kwdefaults, cells in _FUNCTIONS:
-        where = f"{fn.__module__}.{fn.__qualname__}"
-        if fn.__code__ is not code:
-            out.append(f"{where}.__code__ (replaced)")
-            if fix:
-                fn.__code__ = code
-        if fn.__defaults__ is not defaults:
-            out.append(f"{where}.__defaults__ (replaced)")
-            if fix:
-                fn.__defaults__ = defaults
-        if fn.__kwdefaults__ is not kwdefaults:
-            out.append(f"{where}.__kwdefaults__ (replaced)")
-            if fix:
-                fn.__kwdefaults__ = kwdefaults
-        for i, cell, value in cells:
-            try:
-                now = cell.cell_contents
-            except ValueError:
-                now = missing
-            if now is not value:
-                out.append(f"{where} closure cell {i} (replaced)")
+    for klass, members in classes:
+        have = klass.__dict__
+        for key, value in members:
+            now = have.get(key, missing)
+            if now is not value and not _library(now):
+                out.append(f"{name}.{klass.__qualname__}.{key} (replaced in the class)")
                 if fix:
-                    cell.cell_contents = value
-    for label, owner, attr, registry, items in _HOOKS:
-        if owner.__dict__.get(attr, missing) is not registry:
-            out.append(f"{label} (replaced)")
+                    _setattr(klass, key, value)
+        if _len(have) != _len(members):
+            known = {key for key, _ in members}
+            for key in [k for k in have if k not in known and _code(have[k]) and not _library(have[k])]:
+                out.append(f"{name}.{klass.__qualname__}.{key} (added to the class)")
+                if fix:
+                    _delattr(klass, key)
+
+
+def _sweep_function(rec, fix, out, missing) -> None:
+    fn, code, defaults, kwdefaults, cells = rec
+    where = f"{fn.__module__}.{fn.__qualname__}"
+    if fn.__code__ is not code:
+        out.append(f"{where}.__code__ (replaced)")
+        if fix:
+            fn.__code__ = code
+    if fn.__defaults__ is not defaults:
+        out.append(f"{where}.__defaults__ (replaced)")
+        if fix:
+            fn.__defaults__ = defaults
+    if fn.__kwdefaults__ is not kwdefaults:
+        out.append(f"{where}.__kwdefaults__ (replaced)")
+        if fix:
+            fn.__kwdefaults__ = kwdefaults
+    for i, cell, value in cells:
+        try:
+            now = cell.cell_contents
+        except ValueError:
+            now = missing
+        if now is not value and not _library(now):
+            out.append(f"{where} closure cell {i} (replaced)")
             if fix:
-                _setattr(owner, attr, registry)
-        now = tuple(registry.items())
-        if len(now) != len(items) or any(a[0] != b[0] or a[1] is not b[1] for a, b in zip(now, items)):
-            out.append(f"{label} (a global hook registered)")
-            if fix:
-                registry.clear()
-                registry.update(items)
-    return out
+                cell.cell_contents = value
+
+
+def _sweep_hooks(rec, fix, out) -> None:
+    label, owner, attr, registry, items = rec
+    if owner.__dict__.get(attr) is not registry:
+        out.append(f"{label} (replaced)")
+        if fix:
+            _setattr(owner, attr, registry)
+    now = _tuple(registry.items())
+    if _len(now) != _len(items) or any(a[0] != b[0] or a[1] is not b[1] for a, b in zip(now, items)):
+        out.append(f"{label} (a global hook registered)")
+        if fix:
+            registry.clear()
+            registry.update(items)
+
+
+def _recorder():
+    """``record``, ``sweep`` and ``recorded``, sharing records that no module attribute holds."""
+    modules_done, functions, hooks = [], [], []
+    names, seen_fn, seen_cls, hooked = set(), set(), set(), set()
+
+    def record() -> int:
+        """Record every wanted, fully imported module not recorded yet; how many were new."""
+        new = 0
+        for name, module in list(_modules.items()):
+            if name in names or not _isinstance(module, _ModuleType) or not wanted(name) \
+                    or _getattr(_getattr(module, "__spec__", None), "_initializing", False):
+                continue
+            names.add(name)
+            modules_done.append(_module_record(name, module, seen_fn, seen_cls, functions))
+            new += 1
+        for module_name, attr in GLOBAL_HOOKS:
+            owner = _modules.get(module_name)
+            registry = _getattr(owner, attr, None)
+            if (module_name, attr) not in hooked and registry is not None and _hasattr(registry, "items"):
+                hooked.add((module_name, attr))
+                hooks.append((f"{module_name}.{attr}", owner, attr, registry, _tuple(registry.items())))
+        return new
+
+    def sweep(fix: bool) -> list:
+        record()
+        out, missing = [], object()
+        for rec in modules_done:
+            _sweep_module(rec, fix, out, missing)
+        for rec in functions:
+            _sweep_function(rec, fix, out, missing)
+        for rec in hooks:
+            _sweep_hooks(rec, fix, out)
+        return out
+
+    def recorded() -> tuple:
+        return _tuple(sorted(names))
+    return record, sweep, recorded
+
+
+record, _sweep, recorded = _recorder()
+record.__doc__ = """Record every module of ``MODULES`` that is fully imported now and not recorded yet (a
+module still being imported is left for later: its code is not all there); return how many. Call
+it before learner code can have changed what it records."""
+recorded.__doc__ = """The names of the modules recorded so far."""
 
 
 def changed() -> list[str]:
-    """What differs from the snapshot now, by name; nothing is touched."""
+    """What differs from the records now, by name; nothing is touched."""
     return _sweep(False)
 
 
 def restore() -> list[str]:
-    """Put back everything that differs from the snapshot; the names of what was put back."""
+    """Put back everything that differs from the records; the names of what was put back."""
     return _sweep(True)
