@@ -87,12 +87,13 @@ def test_a_fresh_pipeline_is_no_fix():
 
 def test_grading_draws_are_the_same_bug_and_healthy_draws_of_the_base():
     family, bug, _ = capstone._choice("ada")
-    healthy, broken = capstone.grading_draws("ada", salt="s1")
-    assert {mystery.reveal(p) for p in broken.values()} == {bug}
-    assert {mystery.reveal(p) for p in healthy.values()} == {mystery.HEALTHY}
-    assert len({mystery.signature(p) for p in list(healthy.values()) + list(broken.values())}) == 4
+    healthy, broken = capstone.grading_draws("ada", salt="s1")  # hidden draws: made inside a graded call
+    assert {h.answer for h in broken.values()} == {bug}
+    assert {h.answer for h in healthy.values()} == {mystery.HEALTHY}
+    made = [h._course_realize()[0] for h in list(healthy.values()) + list(broken.values())]
+    assert len({mystery.signature(p) for p in made}) == 4
     fresh = capstone.fresh_draws(capstone.draw_for("ada"), salt="s2")
-    assert {mystery.reveal(p) for p in fresh} == {bug}
+    assert {h.answer for h in fresh} == {bug}
 
 
 def test_answers_are_switched_off_while_graded():

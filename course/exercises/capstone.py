@@ -405,23 +405,25 @@ def grading_draws(name: str, salt: str, n_broken: int = 2, n_healthy: int = 2,
                   attempt: int = 0) -> tuple[dict, dict]:
     """(healthy, broken): ``n_healthy`` healthy draws of the base of ``name``'s family and
     ``n_broken`` fresh draws of ``name``'s bug, each with a configuration of its own (seeds from
-    ``salt``): the cases a detector is graded on, besides the learner's own draw."""
+    ``salt``): the cases a detector is graded on, besides the learner's own draw. Hidden draws
+    (``mystery.Hidden``): made only inside the graded call."""
     family, bug, _ = _choice(name, attempt)
     base = FAMILIES[family].base
     seeds = [_number(f"{name}|{salt}", attempt, f"grading {i}") % 1_000_000 for i in range(n_broken + n_healthy)]
-    broken = {f"a fresh draw of your bug ({i + 1})": mystery.make(bug, s, base, salt=salt)
+    broken = {f"a fresh draw of your bug ({i + 1})": mystery.hidden(bug, s, base, salt=salt)
               for i, s in enumerate(seeds[:n_broken])}
-    healthy = {f"a healthy draw of the same recipe ({i + 1})": mystery.make(mystery.HEALTHY, s, base, salt=salt)
+    healthy = {f"a healthy draw of the same recipe ({i + 1})": mystery.hidden(mystery.HEALTHY, s, base, salt=salt)
                for i, s in enumerate(seeds[n_broken:])}
     return healthy, broken
 
 
-def fresh_draws(pipe: Pipeline, salt: str, n: int = 2) -> list[Pipeline]:
+def fresh_draws(pipe: Pipeline, salt: str, n: int = 2) -> list[mystery.Hidden]:
     """``n`` fresh draws of ``pipe``'s bug on its family's base, configurations from ``salt``: the
-    draws a fix is graded on besides the learner's own."""
+    draws a fix is graded on besides the learner's own. Hidden draws (``mystery.Hidden``): made only
+    inside the graded call."""
     bug = mystery.reveal(pipe)
     base = FAMILIES[FAMILY_OF[bug]].base
-    return [mystery.make(bug, _number(salt, i, "fix") % 1_000_000, base, salt=salt) for i in range(n)]
+    return [mystery.hidden(bug, _number(salt, i, "fix") % 1_000_000, base, salt=salt) for i in range(n)]
 
 
 _CONFIG_FIELDS = ("language_seed", "data_seed", "val_seed", "lr", "warmup")  # drawn per draw (course.exercises.mystery)

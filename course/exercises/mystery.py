@@ -346,6 +346,13 @@ class Hidden:
         return _made(self.answer, self.seed, self.base, self.salt)
 
 
+def hidden_touched(draw: Hidden) -> tuple[str, ...]:
+    """The fields a hidden draw's bug touched (``touched`` of its pipeline), for a test cell to
+    compare with what a graded call returned, after the call: the draw is made here for that and
+    stored nowhere."""
+    return draw._course_realize()[1].touched
+
+
 def hidden(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -> Hidden:
     """A hidden draw for a test cell: ``make``'s draw, made only where the learner's function is
     graded (see ``Hidden``)."""

@@ -132,26 +132,30 @@ def loss_is_stuck(losses, window=20, min_drop=0.05):
     ### END SOLUTION
 
 # %% [markdown]
-# The visible test tries it on the two runs above and on two made-up curves. The hidden tests try it
+# The visible test tries it on a healthy run and the colleague's bug (a learning rate of 0), both 40
+# steps of a small pipeline, and on two made-up curves. The hidden tests try it
 # on fresh runs with other seeds and other bugs, and on curves that rise, with other windows and
 # thresholds.
 
 # %% nbgrader={"grade": true, "grade_id": "test_loss_is_stuck", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.bugs import inject as _inject
 from course.exercises.grading import assert_detector, captured_warnings
+from course.reference.train import train as _train
 
-assert_detector(loss_is_stuck, healthy={"reference": healthy.history["loss"]},
-                broken={"colleague": colleague.history["loss"]}, what="stuck-loss detector")
+_tiny = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                  n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
+with captured_warnings():
+    _runs = {name: _train(p, steps=40, seed=0, eval_every=0).history["loss"]
+             for name, p in (("reference", _tiny), ("colleague's bug (lr-zero)", _inject(_tiny, "lr-zero")))}
+assert_detector(loss_is_stuck, healthy={"reference": _runs["reference"]},
+                broken={"colleague's bug (lr-zero)": _runs["colleague's bug (lr-zero)"]}, what="stuck-loss detector")
 with captured_warnings():
     assert loss_is_stuck([3.0] * 40), "a loss that does not move at all is stuck"
     assert not loss_is_stuck([3.0] * 20 + [2.0] * 20), \
         "a loss that falls by 1.0 (more than min_drop) is not stuck: check the direction of the drop"
 ### BEGIN HIDDEN TESTS
-from course import ModelConfig as _MC, Pipeline as _Pipeline
 from course.exercises.mystery import make as _make
-from course.reference.train import train as _train
-
-_tiny = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
-                  n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
 with captured_warnings():
     _fresh = {name: _train(_make(name, 3, _tiny, salt="h-00-stuck-91"), steps=40, seed=7, eval_every=0).history["loss"]
               for name in ("healthy", "missing-step", "requires-grad-off", "clip-to-zero")}
@@ -378,9 +382,9 @@ assert_detector(detect,
 ### BEGIN HIDDEN TESTS
 _hidden_bugs = _NO_UPDATES + ["all-targets-ignored"]  # the last one is from another family: its grads are all zero
 assert_detector(detect,
-                healthy={f"hidden healthy draw {i}": _mystery.make("healthy", 7 + 13 * i, _SMALL, salt="h-00-det-4f1")
+                healthy={f"hidden healthy draw {i}": _mystery.hidden("healthy", 7 + 13 * i, _SMALL, salt="h-00-det-4f1")
                          for i in range(3)},
-                broken={f"hidden broken draw {i}": _mystery.make(b, 5 + i, _SMALL, salt="h-00-det-4f1")
+                broken={f"hidden broken draw {i}": _mystery.hidden(b, 5 + i, _SMALL, salt="h-00-det-4f1")
                         for i, b in enumerate(_hidden_bugs)},
                 what="no-update detector", off=_off)
 ### END HIDDEN TESTS
@@ -435,9 +439,9 @@ _visible = {f"draw {i}": _mystery.make(b, 120 + i, _SMALL) for i, b in enumerate
 _expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _visible.items()}
 assert_names(name_cause, {k: (p, _expected[k]) for k, p in _visible.items()}, what="name_cause", off=_off)
 ### BEGIN HIDDEN TESTS
-_hidden = {f"hidden draw {i}": _mystery.make(b, 31 + 7 * i, _SMALL, salt="h-00-name-c3d")
+_hidden = {f"hidden draw {i}": _mystery.hidden(b, 31 + 7 * i, _SMALL, salt="h-00-name-c3d")
            for i, b in enumerate(["healthy"] + _NO_UPDATES + _NO_UPDATES)}
-_hidden_expected = {k: (_mystery.touched(p) or ("healthy",))[0] for k, p in _hidden.items()}
+_hidden_expected = {k: (_mystery.hidden_touched(p) or ("healthy",))[0] for k, p in _hidden.items()}
 assert_names(name_cause, {k: (p, _hidden_expected[k]) for k, p in _hidden.items()}, what="name_cause", off=_off)
 ### END HIDDEN TESTS
 
@@ -483,12 +487,12 @@ _off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mys
 from course.reference.diagnose import training_moves as _symptom  # the reference check, independent of your code
 from course.exercises.mystery import check_fix
 
-check_fix(fix, [_mystery.make(b, 130 + i, _SMALL) for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])],
-          _symptom, what="fix", off=(_update_report, _symptom))
 ### BEGIN HIDDEN TESTS
-check_fix(fix, [_mystery.make(b, 41 + i, _SMALL, salt="h-00-fix-8e2") for i, b in enumerate(_NO_UPDATES)],
+check_fix(fix, [_mystery.hidden(b, 41 + i, _SMALL, salt="h-00-fix-8e2") for i, b in enumerate(_NO_UPDATES)],
           lambda fixed: _symptom(fixed, seed=23), what="fix", off=(_update_report, _symptom))
 ### END HIDDEN TESTS
+check_fix(fix, [_mystery.make(b, 130 + i, _SMALL) for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])],
+          _symptom, what="fix", off=(_update_report, _symptom))
 
 # %% [markdown]
 # ### The loop closed
@@ -557,19 +561,20 @@ from course.exercises.grading import graded_calls
 from course.exercises.record import as_data as _as_data, from_data as _from_data
 
 _ANSWERS = ("healthy", "prepare", "make_optimizer", "optimizer_factory", "update")
-record = _from_data(graded_calls(diagnosis_record, [mystery], _as_data, off=_off)[0])
+_mine = _mystery.draw(["healthy"] + _NO_UPDATES, seed=6, base=_SMALL)  # the notebook's mystery, drawn here
+record = _from_data(graded_calls(diagnosis_record, [_mine], _as_data, off=_off)[0])
 assert record is not None, "diagnosis_record must return a course.exercises.record.Diagnosis"
 assert record.problems() == [], f"the record is not yet a falsifiable investigation: {record.problems()}"
 assert record.result in _ANSWERS, f"result must be one of {_ANSWERS}, not {record.result!r}"
 ### BEGIN HIDDEN TESTS
-assert record.result == (_mystery.touched(mystery) or ("healthy",))[0], \
+assert record.result == (_mystery.touched(_mine) or ("healthy",))[0], \
     "result should be the part your investigation of your mystery found broken"
-_fresh = [_mystery.make(b, 61 + i, _SMALL, salt="h-00-rec-2a7")
+_fresh = [_mystery.hidden(b, 61 + i, _SMALL, salt="h-00-rec-2a7")
           for i, b in enumerate(["clip-to-zero", "requires-grad-off", "lr-zero"])]
 for _i, (_p, _r) in enumerate(zip(_fresh, graded_calls(diagnosis_record, _fresh, _as_data, off=_off))):
     _r = _from_data(_r)
     assert _r is not None and _r.problems() == [], f"fresh draw {_i}: the record is not a falsifiable investigation"
-    assert _r.result == (_mystery.touched(_p) or ("healthy",))[0], \
+    assert _r.result == (_mystery.hidden_touched(_p) or ("healthy",))[0], \
         f"fresh draw {_i}: the result does not name the broken part; it must come from testing the pipe you are given"
 ### END HIDDEN TESTS
 

@@ -93,13 +93,17 @@ def masked_unigram_entropy(targets):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_uniform_loss", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+import math
+
+from course import Pipeline as _Pipeline
 import course.toolkit.baselines
 from course.exercises.grading import captured_warnings, switched_off
 
+_lang = _Pipeline().language()  # the notebook's language, built here
 with captured_warnings(), switched_off(course.toolkit.baselines.uniform_loss):
-    _got = float(uniform_loss(lang.vocab_size))
-assert math.isclose(_got, lang.uniform_loss, rel_tol=1e-6), \
-    f"uniform_loss({lang.vocab_size}) = {_got}: ln(V) is the natural log of the vocabulary size"
+    _got = float(uniform_loss(_lang.vocab_size))
+assert math.isclose(_got, _lang.uniform_loss, rel_tol=1e-6), \
+    f"uniform_loss({_lang.vocab_size}) = {_got}: ln(V) is the natural log of the vocabulary size"
 ### BEGIN HIDDEN TESTS
 with captured_warnings(), switched_off(course.toolkit.baselines.uniform_loss):
     _got = {_V: float(uniform_loss(_V)) for _V in (2, 7, 50257)}
@@ -108,6 +112,12 @@ for _V, _g in _got.items():
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_masked_unigram_entropy", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import math
+
+import torch
+
+from course import IGNORE, Pipeline as _Pipeline
+from course.reference.train import batch_at as _batch_at
 import course.toolkit.baselines
 from course.exercises.grading import captured_warnings, switched_off
 
@@ -131,7 +141,7 @@ for _trial in range(5):
     _t = torch.randint(0, 9, (4, 13), generator=_g)
     _t[torch.rand(4, 13, generator=_g) < 0.4] = IGNORE
     _cases.append((f"random batch {_trial} (40% ignored)", _t, course.toolkit.baselines.unigram_entropy(_t)))
-_padded_t = batch_at(pipe.replace(min_len=8), seed=3, step=0).targets
+_padded_t = _batch_at(_Pipeline(min_len=8), seed=3, step=0).targets
 _cases.append(("a padded batch of the course's language", _padded_t, course.toolkit.baselines.unigram_entropy(_padded_t)))
 with captured_warnings(), switched_off(course.toolkit.baselines.unigram_entropy):
     _wrong = [_label for _label, _t, _want in _cases if not _close(float(masked_unigram_entropy(_t)), _want)]
@@ -449,18 +459,22 @@ def check_batch(batch, vocab_size):
 # The visible tests: two healthy batches (one padded) and two broken ones.
 
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import Pipeline
+from course.bugs import inject
+from course.reference.train import batch_at
 import course.toolkit.checks
 from course.exercises.grading import assert_detector, fires
 
-_padded_pipe = pipe.replace(min_len=8)
-_healthy = {"full windows": batch_at(pipe, 0, 0), "padded windows": batch_at(_padded_pipe, 0, 0)}
+_pipe = Pipeline()  # the notebook's `pipe`, built here
+_padded_pipe = _pipe.replace(min_len=8)
+_healthy = {"full windows": batch_at(_pipe, 0, 0), "padded windows": batch_at(_padded_pipe, 0, 0)}
 _broken = {name: batch_at(inject(_padded_pipe, name), 0, 0) for name in ("unshifted-targets", "all-targets-ignored")}
-assert_detector(lambda b: fires(check_batch, b, lang.vocab_size), _healthy, _broken, what="batch check",
+assert_detector(lambda b: fires(check_batch, b, _pipe.language().vocab_size), _healthy, _broken, what="batch check",
                 off=(course.toolkit.checks.check_batch,))
 ### BEGIN HIDDEN TESTS
 _hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
 _hidden_healthy = {f"{p.n_symbols} symbols, seed {s}": (batch_at(p, s, 1), p.language().vocab_size)
-                   for p in (_hidden_pipe, pipe.replace(min_len=2)) for s in (4, 5)}
+                   for p in (_hidden_pipe, _pipe.replace(min_len=2)) for s in (4, 5)}
 assert_detector(lambda bv: fires(check_batch, *bv), _hidden_healthy,
                 {n: (batch_at(inject(_hidden_pipe, n), 2, 0), 10) for n in ("unshifted-targets", "all-targets-ignored")},
                 what="batch check", off=(course.toolkit.checks.check_batch,))
@@ -472,6 +486,10 @@ assert_detector(lambda bv: fires(check_batch, *bv), _hidden_healthy,
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_types", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+from course import Pipeline
+from course.bugs import inject
+from course.exercises.grading import assert_detector, fires
+from course.reference.train import batch_at
 import course.toolkit.checks
 _hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
 _bank = {n: batch_at(inject(_hidden_pipe, n), 6, 0)
@@ -486,6 +504,10 @@ assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidde
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_mask", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+from course import Pipeline
+from course.bugs import inject
+from course.exercises.grading import assert_detector, fires
+from course.reference.train import batch_at
 import course.toolkit.checks
 _hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
 _bank = {n: batch_at(inject(_hidden_pipe, n), 7, 0)
@@ -510,9 +532,11 @@ assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidde
 # %%
 from course.exercises import mystery
 
-CANDIDATES = ("healthy", "healthy", "missing-step", "lr-zero", "no-positions", "attend-self-only",
-              "targets-shifted-twice", "unshifted-targets", "causal-mask-off")
-mysteries = {f"mystery {i}": mystery.draw(CANDIDATES, seed=i, base=small) for i in range(14)}
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["01_baselines"]  # the candidates, the base (`small`) and the seeds; the tests draw the same
+CANDIDATES = MYSTERIES.candidates
+mysteries = MYSTERIES.draws()
 print(f"every part of a mystery pipeline looks the same: {mysteries['mystery 1'].collate!r}, {mysteries['mystery 2'].collate!r}")
 
 # %% [markdown]
@@ -671,6 +695,8 @@ def detect(pipe, seed=0):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course.exercises import mystery
+from course.exercises.sets import SETS
 import course.reference.diagnose
 import course.toolkit.checks
 from course.exercises.grading import assert_detector
@@ -678,18 +704,21 @@ from course.exercises.grading import assert_detector
 _OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
         course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
-_answers = {name: mystery.reveal(p) for name, p in mysteries.items()}
-assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
-                {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, what="detect", off=_OFF)
+_mysteries = SETS["01_baselines"].draws()  # the notebook's mysteries, drawn again here
+_answers = {name: mystery.reveal(p) for name, p in _mysteries.items()}
+assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
+                {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, what="detect", off=_OFF)
 ### BEGIN HIDDEN TESTS
+from course import Pipeline
+_small = SETS["01_baselines"].base
 _tiny = Pipeline(n_symbols=6, seq_len=12, batch_size=16, steps=100, n_train=512, n_val=64, warmup=10)
-_h_healthy = {f"hidden healthy {i}": mystery.make("healthy", i, _b, salt="h-01-d3t")
-              for i, _b in enumerate((small, small, _tiny, _tiny))}
-_h_broken = {f"hidden broken {i}": mystery.make(_bug, i, _b, salt="h-01-d3t")
-             for i, (_bug, _b) in enumerate((("requires-grad-off", small), ("optimizer-on-stale-model", _tiny),
-                                             ("embedding-not-in-optimizer", small), ("clip-to-zero", _tiny),
+_h_healthy = {f"hidden healthy {i}": mystery.hidden("healthy", i, _b, salt="h-01-d3t")
+              for i, _b in enumerate((_small, _small, _tiny, _tiny))}
+_h_broken = {f"hidden broken {i}": mystery.hidden(_bug, i, _b, salt="h-01-d3t")
+             for i, (_bug, _b) in enumerate((("requires-grad-off", _small), ("optimizer-on-stale-model", _tiny),
+                                             ("embedding-not-in-optimizer", _small), ("clip-to-zero", _tiny),
                                              ("unshifted-targets", _tiny), ("attend-self-only", _tiny),
-                                             ("causal-mask-off", small), ("no-positions", _tiny)))}
+                                             ("causal-mask-off", _small), ("no-positions", _tiny)))}
 assert_detector(detect, _h_healthy, _h_broken, what="detect", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -746,6 +775,8 @@ def name_cause(pipe, seed=0):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises import mystery
+from course.exercises.sets import SETS
 import course.reference.diagnose
 import course.toolkit.checks
 from course.exercises.grading import assert_names
@@ -753,16 +784,11 @@ from course.exercises.grading import assert_names
 _OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
         course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
-CAUSE = {"healthy": "healthy", "missing-step": "no-step", "lr-zero": "lr-zero",
-         "requires-grad-off": "requires-grad-off", "optimizer-on-stale-model": "not-in-optimizer",
-         "embedding-not-in-optimizer": "not-in-optimizer", "clip-to-zero": "grads-vanish",
-         "no-positions": "positions-unused", "attend-self-only": "context-masked",
-         "causal-mask-off": "future-visible", "targets-shifted-twice": "targets-misaligned",
-         "unshifted-targets": "targets-misaligned"}
-_cases = {name: (p, CAUSE[mystery.reveal(p)]) for name, p in mysteries.items()}
+_SET = SETS["01_baselines"]  # the notebook's mysteries and the name each bug must get (the table above)
+_cases = {name: (p, _SET.cause(mystery.reveal(p))) for name, p in _SET.draws().items()}
 assert_names(name_cause, _cases, what="name_cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
-assert_names(name_cause, {f"fresh draw {i}": (mystery.make(b, 300 + i, small, salt="h-01-v7c"), CAUSE[b])
+assert_names(name_cause, {f"fresh draw {i}": (mystery.hidden(b, 300 + i, _SET.base, salt="h-01-v7c"), _SET.cause(b))
                           for i, b in enumerate(("healthy", "lr-zero", "no-positions"))},
              what="name_cause (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -770,14 +796,22 @@ assert_names(name_cause, {f"fresh draw {i}": (mystery.make(b, 300 + i, small, sa
 # %% nbgrader={"grade": true, "grade_id": "test_name_cause_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+import course.reference.diagnose
+import course.toolkit.checks
+from course import Pipeline
+from course.exercises import mystery
+from course.exercises.grading import assert_names
+from course.exercises.sets import SETS
+
+_SET = SETS["01_baselines"]
 _OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
         course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
 _tiny = Pipeline(n_symbols=6, seq_len=12, batch_size=16, steps=100, n_train=512, n_val=64, warmup=10)
 _h_cases = {}
-for _i, _bug in enumerate(sorted(CAUSE)):
-    _p = mystery.make(_bug, 100 + _i, _tiny if _i % 2 else small, salt="h-01-n4m")
-    _h_cases[f"hidden draw {_i}"] = (_p, CAUSE[_bug])
+for _i, _bug in enumerate(sorted(dict(_SET.causes))):
+    _p = mystery.hidden(_bug, 100 + _i, _tiny if _i % 2 else _SET.base, salt="h-01-n4m")
+    _h_cases[f"hidden draw {_i}"] = (_p, _SET.cause(_bug))
 assert_names(name_cause, _h_cases, what="name_cause", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -811,6 +845,8 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_fix", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course.exercises import mystery
+from course.exercises.sets import SETS
 import course.reference.diagnose
 import course.toolkit.checks
 
@@ -818,10 +854,11 @@ _OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, 
         course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
 _symptom = lambda p: course.reference.diagnose.held_out_symptom(p, seed=31)  # runs after your fix, switched on again
-mystery.check_fix(fix, [mysteries["mystery 6"]], _symptom, what="fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-mystery.check_fix(fix, [mystery.make("targets-shifted-twice", 7, small, salt="h-01-f1x")], _symptom, what="fix", off=_OFF)
+mystery.check_fix(fix, [mystery.hidden("targets-shifted-twice", 7, SETS["01_baselines"].base, salt="h-01-f1x")], _symptom,
+                  what="fix", off=_OFF)
 ### END HIDDEN TESTS
+mystery.check_fix(fix, [SETS["01_baselines"].draws()["mystery 6"]], _symptom, what="fix", off=_OFF)
 
 # %% [markdown]
 # ## What these tests can and cannot prove

@@ -191,6 +191,10 @@ def stable_token_loss(logits, targets):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_stable_loss", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+import torch.nn.functional as F
+
+from course import IGNORE
 from course.exercises.grading import captured_warnings
 
 with captured_warnings():
@@ -287,6 +291,10 @@ def safe_log(p):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_safe_log", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import math
+
+import torch
+
 from course.exercises.grading import captured_warnings
 
 _p = torch.tensor([0.0, 0.5, 1.0], requires_grad=True)
@@ -541,13 +549,16 @@ def first_nonfinite_stage(p, steps=20, seed=0):
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 import course.toolkit.nonfinite as _nf
 import course.reference.diagnose as _diag
+from course import Pipeline as _Pipeline
+from course.bugs import inject as _inject
 from course.exercises.grading import assert_names
 
+_pipe = _Pipeline()  # the notebook's `pipe`, built here
 assert_names(first_nonfinite_stage, {
-    "reference": (pipe, None),
-    "embedding-scaled-by-inf": (inject(pipe, "embedding-scaled-by-inf"), ("embeddings", 0)),
-    "causal-mask-strict": (inject(pipe, "causal-mask-strict"), ("softmax", 0)),
-    "log-guarded-by-where": (inject(pipe, "log-guarded-by-where"), ("grads", 0)),
+    "reference": (_pipe, None),
+    "embedding-scaled-by-inf": (_inject(_pipe, "embedding-scaled-by-inf"), ("embeddings", 0)),
+    "causal-mask-strict": (_inject(_pipe, "causal-mask-strict"), ("softmax", 0)),
+    "log-guarded-by-where": (_inject(_pipe, "log-guarded-by-where"), ("grads", 0)),
 }, what="first non-finite stage", off=(_diag.locate, _nf.first_nonfinite, _nf.is_bad))
 
 # %% [markdown]
@@ -556,6 +567,8 @@ assert_names(first_nonfinite_stage, {
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_forward", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+from course import Pipeline
+from course.bugs import inject
 import course.toolkit.nonfinite as _nf
 import course.reference.diagnose as _diag
 from course.exercises.grading import assert_names as _assert_names
@@ -580,6 +593,8 @@ _assert_names(lambda c: first_nonfinite_stage(c[0], 5, c[1]),
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_updates", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+from course import Pipeline
+from course.bugs import inject
 import course.toolkit.nonfinite as _nf
 import course.reference.diagnose as _diag
 from course.exercises.grading import assert_names as _assert_names
@@ -619,16 +634,16 @@ from course.reference.pipeline import adamw, apply_update, build_optimizer, prep
 from course.toolkit.batch import token_cross_entropy
 from course.reference.train import start, train_steps, batch_at
 
-CANDIDATES = ("healthy", "embedding-scaled-by-inf", "causal-mask-strict", "loss-scaled-in-fp16",
-              "log-guarded-by-where", "adam-eps-zero", "lr-sign-typo")
-MYSTERY_BASE = Pipeline(seq_len=8, model=ModelConfig(n_ctx=8, d_model=32, n_head=2, n_layer=2, d_mlp=96),
-                        batch_size=32, n_train=1024, steps=200)
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["02_nan_decision_tree"]  # the candidates, the base and the seeds; the tests draw the same
+CANDIDATES, MYSTERY_BASE = MYSTERIES.candidates, MYSTERIES.base
 HORIZON = 25  # steps
 # the reference part of each replaceable field (a mystery pipeline wraps even its healthy parts)
 REFERENCE_PARTS = {"collate": next_token_batch, "loss_fn": token_cross_entropy, "optimizer_factory": adamw,
                    "make_optimizer": build_optimizer, "prepare": prepare_model, "update": apply_update,
                    "val_source": None, "eval_loss_fn": None, "eval_mode": set_eval_mode, "batches": None}
-mysteries = {f"m{seed}": mystery.draw(CANDIDATES, seed, MYSTERY_BASE) for seed in (0, 1, 2, 3, 6, 10)}
+mysteries = MYSTERIES.draws()
 for label, m in mysteries.items():
     run = start(m, seed=0)
     train_steps(run, HORIZON, eval_every=0)
@@ -667,14 +682,16 @@ import course.reference.diagnose as _diag
 import course.reference.train as _train
 from course.exercises import mystery as _mystery
 from course.exercises.grading import assert_detector
+from course.exercises.sets import SETS as _SETS
 
+_SET = _SETS["02_nan_decision_tree"]  # the notebook's mysteries, drawn again here
 _OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
-_seen = {k: (m, _mystery.reveal(m)) for k, m in mysteries.items()}
+_seen = {k: (m, _mystery.reveal(m)) for k, m in _SET.draws().items()}
 assert_detector(detect, {k: m for k, (m, a) in _seen.items() if a == "healthy"},
                 {k: m for k, (m, a) in _seen.items() if a != "healthy"}, what="detect", off=_OFF)
 ### BEGIN HIDDEN TESTS
-assert_detector(detect, {"a fresh healthy draw": _mystery.make("healthy", 61, MYSTERY_BASE, "h-02-v3d")},
-                {"a fresh broken draw": _mystery.make(CANDIDATES[1], 62, MYSTERY_BASE, "h-02-v3d")}, what="detect", off=_OFF)
+assert_detector(detect, {"a fresh healthy draw": _mystery.hidden("healthy", 61, _SET.base, "h-02-v3d")},
+                {"a fresh broken draw": _mystery.hidden(_SET.candidates[1], 62, _SET.base, "h-02-v3d")}, what="detect", off=_OFF)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
@@ -685,13 +702,15 @@ import course.reference.diagnose as _diag
 import course.reference.train as _train
 from course.exercises import mystery as _mystery
 from course.exercises.grading import assert_detector as _assert_detector
+from course.exercises.sets import SETS as _SETS
 _OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+_SET = _SETS["02_nan_decision_tree"]
 _salt = "h-02-d7e1"
-_quiet = {"healthy draw A": _mystery.make("healthy", 1, MYSTERY_BASE, _salt),
-          "healthy draw B": _mystery.make("healthy", 2, MYSTERY_BASE, _salt),
-          "finite but broken (no optimizer step)": _mystery.make("missing-step", 3, MYSTERY_BASE, _salt)}
-_loud = {f"a draw of a bug ({i})": _mystery.make(b, 10 + i, MYSTERY_BASE, _salt)
-         for i, b in enumerate(CANDIDATES[1:] + ("all-targets-ignored",))}
+_quiet = {"healthy draw A": _mystery.hidden("healthy", 1, _SET.base, _salt),
+          "healthy draw B": _mystery.hidden("healthy", 2, _SET.base, _salt),
+          "finite but broken (no optimizer step)": _mystery.hidden("missing-step", 3, _SET.base, _salt)}
+_loud = {f"a draw of a bug ({i})": _mystery.hidden(b, 10 + i, _SET.base, _salt)
+         for i, b in enumerate(_SET.candidates[1:] + ("all-targets-ignored",))}
 _assert_detector(detect, _quiet, _loud, what="detect", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -728,13 +747,15 @@ import course.reference.diagnose as _diag
 import course.reference.train as _train
 from course.exercises import mystery as _mystery
 from course.exercises.grading import assert_names
+from course.exercises.sets import SETS as _SETS
 
+_SET = _SETS["02_nan_decision_tree"]  # the notebook's mysteries, drawn again here
 _OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
-_seen = {k: (m, _mystery.reveal(m)) for k, m in mysteries.items()}
+_seen = {k: (m, _mystery.reveal(m)) for k, m in _SET.draws().items()}
 assert_names(name_cause, _seen, what="name_cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
-assert_names(name_cause, {f"fresh draw {i}": (_mystery.make(b, 63 + i, MYSTERY_BASE, "h-02-v3c"), b)
-                          for i, b in enumerate(("healthy", CANDIDATES[-1]))}, what="name_cause", off=_OFF)
+assert_names(name_cause, {f"fresh draw {i}": (_mystery.hidden(b, 63 + i, _SET.base, "h-02-v3c"), b)
+                          for i, b in enumerate(("healthy", _SET.candidates[-1]))}, what="name_cause", off=_OFF)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
@@ -745,9 +766,11 @@ import course.reference.diagnose as _diag
 import course.reference.train as _train
 from course.exercises import mystery as _mystery
 from course.exercises.grading import assert_names as _assert_names
+from course.exercises.sets import SETS as _SETS
 _OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+_SET = _SETS["02_nan_decision_tree"]
 _salt = "h-02-c4a9"
-_fresh = {f"a fresh draw ({i})": (_mystery.make(b, 20 + i, MYSTERY_BASE, _salt), b) for i, b in enumerate(CANDIDATES)}
+_fresh = {f"a fresh draw ({i})": (_mystery.hidden(b, 20 + i, _SET.base, _salt), b) for i, b in enumerate(_SET.candidates)}
 _assert_names(name_cause, _fresh, what="name_cause", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -768,16 +791,13 @@ _assert_names(name_cause, _fresh, what="name_cause", off=_OFF)
 # `make`, `touched` are switched off.
 
 # %%
+from course.reference.diagnose import finite_and_falling
+
+
 def fix_symptom(p, seed=101):
-    """The symptom check for a fixed pipeline: None if training it stays finite and learns, else the problem."""
-    run = start(p, seed)
-    train_steps(run, HORIZON, eval_every=0)
-    if run.stopped:
-        return f"training the fixed pipeline still went {run.stopped}"
-    first, last = run.history["loss"][0], sum(run.history["loss"][-5:]) / 5
-    if not last < first - 0.1:
-        return f"the fixed pipeline stayed finite but its loss did not fall by 0.1 ({first:.3f} -> {last:.3f})"
-    return None
+    """The symptom check for a fixed pipeline: None if training it for `HORIZON` steps stays finite
+    and the loss falls by 0.1, else the problem (`finite_and_falling`, which the tests call)."""
+    return finite_and_falling(p, seed, steps=HORIZON)
 
 # %% nbgrader={"grade": false, "grade_id": "mystery_fix", "locked": false, "schema_version": 3, "solution": true}
 def fix(pipe):
@@ -793,13 +813,16 @@ import course.toolkit.nonfinite as _nf
 import course.reference.diagnose as _diag
 import course.reference.train as _train
 from course.exercises import mystery as _mystery
+from course.exercises.sets import SETS as _SETS
 
+_SET = _SETS["02_nan_decision_tree"]
+_fixed_ok = _diag.finite_and_falling  # runs after your fix, switched on again
 _OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
-_mystery.check_fix(fix, [_mystery.make(b, 40 + i, MYSTERY_BASE) for i, b in enumerate(("causal-mask-strict", "lr-sign-typo"))],
-                   fix_symptom, what="fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make("lr-sign-typo", 65, MYSTERY_BASE, "h-02-v3f")], fix_symptom, what="fix", off=_OFF)
+_mystery.check_fix(fix, [_mystery.hidden("lr-sign-typo", 65, _SET.base, "h-02-v3f")], _fixed_ok, what="fix", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _SET.base) for i, b in enumerate(("causal-mask-strict", "lr-sign-typo"))],
+                   _fixed_ok, what="fix", off=_OFF)
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
@@ -809,10 +832,12 @@ import course.toolkit.nonfinite as _nf
 import course.reference.diagnose as _diag
 import course.reference.train as _train
 from course.exercises import mystery as _mystery
+from course.exercises.sets import SETS as _SETS
 _OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
+_SET = _SETS["02_nan_decision_tree"]
 _salt = "h-02-f08b"
-_mystery.check_fix(fix, [_mystery.make(b, 30 + i, MYSTERY_BASE, _salt) for i, b in enumerate(CANDIDATES[1:])],
-                   _functools.partial(fix_symptom, seed=202), what="fix", off=_OFF)
+_mystery.check_fix(fix, [_mystery.hidden(b, 30 + i, _SET.base, _salt) for i, b in enumerate(_SET.candidates[1:])],
+                   _functools.partial(_diag.finite_and_falling, seed=202), what="fix", off=_OFF)
 ### END HIDDEN TESTS
 
 # %% [markdown]

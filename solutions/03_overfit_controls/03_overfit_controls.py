@@ -436,6 +436,7 @@ def detect(pipe):
 # The visible test: two healthy draws, and one draw of each bug of this notebook.
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course import Pipeline
 from course.exercises import mystery as _mystery
 from course.toolkit.checks import update_report as _update_report
 from course.exercises.grading import assert_detector
@@ -449,8 +450,8 @@ _healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _BASE) for s in (11
 _broken = {n: _mystery.make(n, 13, _BASE) for n in ("zero-grad-forgotten", "loss-broadcast", "embedding-not-in-optimizer", "missing-step")}
 assert_detector(detect, _healthy, _broken, what="detector", off=_OFF)
 ### BEGIN HIDDEN TESTS
-assert_detector(detect, {"a fresh healthy draw": _mystery.make("healthy", 71, _BASE, salt="h-03-v5d")},
-                {"a fresh broken draw": _mystery.make("zero-grad-forgotten", 72, _BASE, salt="h-03-v5d")},
+assert_detector(detect, {"a fresh healthy draw": _mystery.hidden("healthy", 71, _BASE, salt="h-03-v5d")},
+                {"a fresh broken draw": _mystery.hidden("zero-grad-forgotten", 72, _BASE, salt="h-03-v5d")},
                 what="detector", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -460,6 +461,7 @@ assert_detector(detect, {"a fresh healthy draw": _mystery.make("healthy", 71, _B
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+from course import Pipeline
 from course.exercises import mystery as _mystery
 from course.toolkit.checks import update_report as _update_report
 from course.exercises.grading import assert_detector
@@ -469,8 +471,8 @@ from course.reference.diagnose import preflight_pipeline as _preflight_pipeline
 
 _OFF = (_preflight, _preflight_pipeline, _update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
 _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _BASE, salt="h-03-d7c") for s in (1, 2, 3)}
-_broken = {n: _mystery.make(n, 4, _BASE, salt="h-03-d7c")
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _BASE, salt="h-03-d7c") for s in (1, 2, 3)}
+_broken = {n: _mystery.hidden(n, 4, _BASE, salt="h-03-d7c")
            for n in ("lr-zero", "clip-to-zero", "requires-grad-off", "optimizer-on-stale-model", "zero-grad-forgotten")}
 assert_detector(detect, _healthy, _broken, what="detector", off=_OFF)
 ### END HIDDEN TESTS
@@ -510,6 +512,7 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course import Pipeline
 from course.exercises import mystery as _mystery
 from course.toolkit.checks import update_report as _update_report
 from course.exercises.grading import assert_names
@@ -522,7 +525,7 @@ _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1
 _NAMES = ("healthy", "zero-grad-forgotten", "loss-broadcast", "embedding-not-in-optimizer", "missing-step")
 assert_names(name_cause, {f"a draw of {n}": (_mystery.make(n, 21, _BASE), n) for n in _NAMES}, what="name_cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_cases = {f"hidden draw {i} ({n})": (_mystery.make(n, 30 + i, _BASE, salt="h-03-c5a"), n) for i, n in enumerate(_NAMES * 2)}
+_cases = {f"hidden draw {i} ({n})": (_mystery.hidden(n, 30 + i, _BASE, salt="h-03-c5a"), n) for i, n in enumerate(_NAMES * 2)}
 assert_names(name_cause, _cases, what="name_cause", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -555,6 +558,7 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course import Pipeline
 from course.exercises import mystery as _mystery
 from course.toolkit.checks import update_report as _update_report
 from course.reference.model import ModelConfig as _MC
@@ -570,14 +574,14 @@ def _still_broken(fixed, seed=5):
     return None if report.ok else f"on a fresh seed the fixed pipeline still fails the pre-flight checks {report.failed()}"
 
 
-_mystery.check_fix(fix, [_mystery.make(n, 41, _BASE) for n in ("zero-grad-forgotten", "loss-broadcast",
-                                                                  "embedding-not-in-optimizer", "missing-step")],
-                   _still_broken, what="fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make(n, 50 + i, _BASE, salt="h-03-f9e") for i, n in enumerate(
+_mystery.check_fix(fix, [_mystery.hidden(n, 50 + i, _BASE, salt="h-03-f9e") for i, n in enumerate(
     ("zero-grad-forgotten", "loss-broadcast", "embedding-not-in-optimizer", "missing-step"))],
     lambda fixed: _still_broken(fixed, seed=8), what="fix", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(n, 41, _BASE) for n in ("zero-grad-forgotten", "loss-broadcast",
+                                                                  "embedding-not-in-optimizer", "missing-step")],
+                   _still_broken, what="fix", off=_OFF)
 
 # %% [markdown]
 # ## Supervised fine-tuning: which tokens may the loss see?
@@ -640,6 +644,10 @@ def collate_sft(examples, template, pad_id, eos_id):
 # The visible test: one example, written out by hand.
 
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+
+from course import IGNORE
+from course.lessons.sft import Template
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
 from course.exercises.grading import captured_warnings, switched_off
@@ -675,17 +683,22 @@ for _ex, _tpl, _want in _cases:
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_pipelines", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+import torch
+
+from course import Pipeline
+from course.lessons.sft import Template, examples_at
+from course.reference.train import batch_at
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
 from course.exercises.grading import captured_warnings, switched_off
 _cases = []
 for _tpl, _seed in ((Template(user=(0, 1), assistant=(2, 3)), 5), (Template(user=(9,), assistant=(8, 7, 6)), 6)):
-    _p = _sft.sft_pipeline(pipe.replace(n_train=512), _tpl, min_len=6)  # a small training set: cheaper windows, same batches' shape
+    _p = _sft.sft_pipeline(Pipeline(n_train=512), _tpl, min_len=6)  # a small training set: cheaper windows, same batches' shape
     _ex = examples_at(_p, _seed, 1)
     _cases.append((_ex, _tpl, batch_at(_p, _seed, 1)))
 for _ex, _tpl, _want in _cases:
     with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
-        _got = collate_sft(_ex, _tpl, lang.PAD, lang.EOS)
+        _got = collate_sft(_ex, _tpl, _p.language().PAD, _p.language().EOS)
     assert torch.equal(_got.inputs, _want.inputs) and torch.equal(_got.targets, _want.targets), \
         f"wrong batch for a pipeline with template {_tpl}: compare the row lengths, the padding and the ignored targets"
 ### END HIDDEN TESTS
@@ -726,24 +739,32 @@ def mask_gate(batch, examples, template, eos_id):
 # EOS fail.
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import dataclasses
+
+from course import Pipeline
+from course.bugs import inject
+from course.lessons.sft import DEFAULT_TEMPLATE, Template, examples_at, sft_pipeline
+from course.reference.train import batch_at
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
 from course.exercises.grading import assert_detector, fires
 
 _GATE_OFF = (_sft.mask_gate, _sft.collate_sft, _batch.prompt_answer_batch)
+_pipe = Pipeline()  # the notebook's `pipe`, built here
+_sft_pipe, _EOS = sft_pipeline(_pipe), _pipe.language().EOS  # and its `sft`
 
 
 def _gate_case(p, seed, tpl=DEFAULT_TEMPLATE):
     return batch_at(p, seed, 0), examples_at(p, seed, 0), tpl
 
 
-_healthy = {f"seed {s}": _gate_case(sft, s) for s in (0, 1)}
-_broken = {n: _gate_case(inject(sft, n), 0) for n in ("prompt-answer-mask-inverted", "eos-masked")}
-assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], lang.EOS), _healthy, _broken, what="mask gate", off=_GATE_OFF)
+_healthy = {f"seed {s}": _gate_case(_sft_pipe, s) for s in (0, 1)}
+_broken = {n: _gate_case(inject(_sft_pipe, n), 0) for n in ("prompt-answer-mask-inverted", "eos-masked")}
+assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS), _healthy, _broken, what="mask gate", off=_GATE_OFF)
 ### BEGIN HIDDEN TESTS
 _tpl2 = Template(user=(5,), assistant=(6, 7, 8))
-_sft2 = sft_pipeline(pipe.replace(seq_len=20, model=dataclasses.replace(pipe.model, n_ctx=20), n_train=512), _tpl2, min_len=5)
-assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], lang.EOS),
+_sft2 = sft_pipeline(_pipe.replace(seq_len=20, model=dataclasses.replace(_pipe.model, n_ctx=20), n_train=512), _tpl2, min_len=5)
+assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS),
                 {f"template 2, seed {s}": _gate_case(_sft2, s, _tpl2) for s in (3, 4)},
                 {n: _gate_case(inject(_sft2, n), 3, _tpl2) for n in ("prompt-answer-mask-inverted", "eos-masked")},
                 what="mask gate", off=_GATE_OFF)
@@ -757,6 +778,11 @@ assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], lang.EOS),
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+import torch
+
+from course import IGNORE
+from course.lessons.sft import Template
+from course.toolkit.batch import Batch
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
 from course.toolkit.batch import next_token_batch as _ntb, pad_sequences as _pad

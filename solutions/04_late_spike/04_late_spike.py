@@ -270,6 +270,7 @@ def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss
 # The visible tests: a calm run, one spike, one NaN.
 
 # %% nbgrader={"grade": true, "grade_id": "test_observe_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.toolkit.alerts import AlertPolicy
 from course.exercises.grading import captured_warnings, switched_off
 
 
@@ -776,8 +777,8 @@ assert_detector(detect, healthy={"healthy draw": _mystery.make("healthy", 1, _BA
                 broken={"corrupted-shard draw": _mystery.make("corrupted-shard", 2, _BASE)},
                 what="spike detector", off=_off)
 ### BEGIN HIDDEN TESTS
-assert_detector(detect, healthy={"a fresh healthy draw": _mystery.make("healthy", 61, _BASE, salt="h-04-v2d")},
-                broken={"a fresh broken draw": _mystery.make("corrupted-shard", 62, _BASE, salt="h-04-v2d")},
+assert_detector(detect, healthy={"a fresh healthy draw": _mystery.hidden("healthy", 61, _BASE, salt="h-04-v2d")},
+                broken={"a fresh broken draw": _mystery.hidden("corrupted-shard", 62, _BASE, salt="h-04-v2d")},
                 what="spike detector", off=_off)
 ### END HIDDEN TESTS
 
@@ -795,8 +796,8 @@ from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _salt = "h04-d7e"
 assert_detector(detect,
-                healthy={f"hidden healthy draw {i}": _mystery.make("healthy", s, _BASE, salt=_salt) for i, s in enumerate((3, 4))},
-                broken={f"hidden broken draw {i}": _mystery.make(b, 5 + i, _BASE, salt=_salt)
+                healthy={f"hidden healthy draw {i}": _mystery.hidden("healthy", s, _BASE, salt=_salt) for i, s in enumerate((3, 4))},
+                broken={f"hidden broken draw {i}": _mystery.hidden(b, 5 + i, _BASE, salt=_salt)
                         for i, b in enumerate(("garbled-shard", "lr-burst", "optimizer-state-reset"))},
                 what="spike detector", off=_off)
 ### END HIDDEN TESTS
@@ -844,8 +845,8 @@ assert_names(name_cause, {"corrupted-shard draw": (_mystery.make("corrupted-shar
                           "lr-burst draw": (_mystery.make("lr-burst", 13, _BASE), "optimizer")},
              what="name_cause", off=_off)
 ### BEGIN HIDDEN TESTS
-assert_names(name_cause, {"fresh draw 0": (_mystery.make("lr-burst", 63, _BASE, salt="h-04-v2c"), "optimizer"),
-                          "fresh draw 1": (_mystery.make("corrupted-shard", 64, _BASE, salt="h-04-v2c"), "data")},
+assert_names(name_cause, {"fresh draw 0": (_mystery.hidden("lr-burst", 63, _BASE, salt="h-04-v2c"), "optimizer"),
+                          "fresh draw 1": (_mystery.hidden("corrupted-shard", 64, _BASE, salt="h-04-v2c"), "data")},
              what="name_cause", off=_off)
 ### END HIDDEN TESTS
 
@@ -863,7 +864,7 @@ from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _salt = "h04-n3a"
 _want = {"healthy": "healthy", "garbled-shard": "data", "lr-burst": "optimizer", "optimizer-state-reset": "optimizer"}
-assert_names(name_cause, {f"hidden draw {i}": (_mystery.make(b, 1 + i, _BASE, salt=_salt), w)
+assert_names(name_cause, {f"hidden draw {i}": (_mystery.hidden(b, 1 + i, _BASE, salt=_salt), w)
                           for i, (b, w) in enumerate(_want.items())}, what="name_cause", off=_off)
 ### END HIDDEN TESTS
 
@@ -905,12 +906,12 @@ from course.toolkit.alerts import AlertPolicy as _Policy
 from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
-_mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE)], lambda p: _spike_symptom(p, seed=7),
-                   what="fix", off=_off)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make("lr-burst", 65, _BASE, salt="h-04-v2f")], lambda p: _spike_symptom(p, seed=7),
+_mystery.check_fix(fix, [_mystery.hidden("lr-burst", 65, _BASE, salt="h-04-v2f")], lambda p: _spike_symptom(p, seed=7),
                    what="fix", off=_off)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE)], lambda p: _spike_symptom(p, seed=7),
+                   what="fix", off=_off)
 
 # %% [markdown]
 # Hidden tests: fresh draws of each of the three bugs, trained on a fresh seed.
@@ -924,7 +925,7 @@ from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 _salt = "h04-f9c"
-_mystery.check_fix(fix, [_mystery.make(b, 1 + i, _BASE, salt=_salt) for i, b in enumerate(("garbled-shard", "lr-burst", "corrupted-shard"))],
+_mystery.check_fix(fix, [_mystery.hidden(b, 1 + i, _BASE, salt=_salt) for i, b in enumerate(("garbled-shard", "lr-burst", "corrupted-shard"))],
                    lambda p: _spike_symptom(p, seed=11), what="fix", off=_off)
 ### END HIDDEN TESTS
 

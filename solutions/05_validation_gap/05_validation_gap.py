@@ -298,6 +298,8 @@ def shingle_jaccard(a, b, n):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_shingle_jaccard", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+
 from course.toolkit import overlap as _overlap
 from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
@@ -414,6 +416,9 @@ def group_split(groups, val_fraction, seed):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_group_split", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+
+from course import Pipeline as _Pipeline
 from course.toolkit import overlap as _overlap
 from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
@@ -431,7 +436,10 @@ def _check_group_split(groups, fraction, seed):
     assert torch.equal(tr, t2) and torch.equal(va, v2), "the same seed must give the same split"
     return set(groups[va].tolist())
 
-_ = _check_group_split(doc_ids, 0.2, 0)
+# the notebook's documents and their windows' document ids, built here
+_docs = _Pipeline().language().sample(40, 200, seed=7)
+_, _doc_ids = _overlap.sliding_windows(_docs, length=17, stride=4)
+_ = _check_group_split(_doc_ids, 0.2, 0)
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(5)
 _groups = torch.randint(0, 30, (500,), generator=_g)
@@ -505,11 +513,11 @@ reveal("4096 training windows: fit on train + val, against fit on train", predic
 # %%
 from course.exercises import mystery
 
-MBASE = BASE.replace(model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
-                     n_train=2048, n_val=256, steps=45)
-CANDIDATES = ("healthy", "eval-label-smoothing", "dropout-left-on-in-eval", "train-set-too-small",
-              "val-from-another-source", "val-overlaps-train")
-mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=MBASE) for s in (1, 2, 6, 7, 9, 10, 11)}
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["05_validation_gap"]  # the candidates, the base and the seeds; the tests draw the same
+MBASE, CANDIDATES = MYSTERIES.base, MYSTERIES.candidates  # MBASE: BASE with dropout 0.1, 2048 windows, 45 steps
+mysteries = MYSTERIES.draws()
 print(repr(mysteries["mystery 1"].loss_fn), repr(mysteries["mystery 1"].val_source), "(every part looks like this)")
 
 # %% tags=["demo"]
@@ -568,20 +576,22 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import valgap as _valgap
 from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _valgap.eval_path_check, _valgap.problems)
-_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
-_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
+_mysteries = _SETS["05_validation_gap"].draws()  # the notebook's `mysteries`, drawn again here
+_answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
                              n_train=2048, n_val=256, batch_size=16, steps=45, lr=3e-2, warmup=10)
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _hbase, salt="h-05-d41") for s in (1, 2)}
-_broken = {b: _mystery.make(b, 3 + i, _hbase, salt="h-05-d41") for i, b in enumerate(
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _hbase, salt="h-05-d41") for s in (1, 2)}
+_broken = {b: _mystery.hidden(b, 3 + i, _hbase, salt="h-05-d41") for i, b in enumerate(
     ("eval-loss-per-sequence", "val-mixes-another-source", "val-near-duplicates-train", "train-set-too-small"))}
 _assert_detector(detect, _healthy, _broken, "falsifying test (unseen draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -618,6 +628,7 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import valgap as _valgap
 from course.exercises.grading import assert_names as _assert_names
@@ -627,7 +638,8 @@ _KIND = {"healthy": "healthy", "eval-label-smoothing": "eval-bug", "eval-loss-pe
          "dropout-left-on-in-eval": "eval-bug", "train-set-too-small": "overfitting",
          "val-from-another-source": "shift", "val-mixes-another-source": "shift",
          "val-overlaps-train": "leakage", "val-near-duplicates-train": "leakage"}
-_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "cause", off=_OFF)
+_mysteries = _SETS["05_validation_gap"].draws()  # the notebook's `mysteries`, drawn again here
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in _mysteries.items()}, "cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
@@ -635,7 +647,7 @@ _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=
 _cases = {}
 for _i, _b in enumerate(("healthy", "eval-loss-per-sequence", "dropout-left-on-in-eval", "val-near-duplicates-train",
                          "val-mixes-another-source", "train-set-too-small")):
-    _p = _mystery.make(_b, 20 + _i, _hbase, salt="h-05-c7e")
+    _p = _mystery.hidden(_b, 20 + _i, _hbase, salt="h-05-c7e")
     _cases[f"fresh draw {_i}"] = (_p, _KIND[_b])
 _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -694,13 +706,13 @@ def _still_broken(fixed):
     found = _valgap.problems(fixed, seed=7)  # a fresh seed: new initialisation, dropout and batch order
     return "after your fix, trained on a fresh seed: " + "; ".join(found) if found else None
 
-_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
-    ("dropout-left-on-in-eval", "train-set-too-small", "val-overlaps-train"))], _still_broken, "fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-05-f90") for i, b in enumerate(
+_mystery.check_fix(fix, [_mystery.hidden(b, 40 + i, _mbase, salt="h-05-f90") for i, b in enumerate(
     ("eval-loss-per-sequence", "val-mixes-another-source", "val-near-duplicates-train"))],
     _still_broken, "fix (unseen bugs)", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
+    ("dropout-left-on-in-eval", "train-set-too-small", "val-overlaps-train"))], _still_broken, "fix", off=_OFF)
 
 # %% [markdown]
 # ## What each test can and cannot prove

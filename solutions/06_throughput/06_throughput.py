@@ -348,6 +348,9 @@ def take_snapshot(model, optimizer):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_take_snapshot", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+
+from course.exercises.sets import SETS as _SETS
 from course.lessons import throughput as _throughput
 from course.exercises.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
 
@@ -360,13 +363,14 @@ def _race_ok(pipe, save_at, steps_after, label):
     assert not r.run_changed, f"{label}: taking your snapshot changed the training run"
     assert r.exact, f"{label}: the checkpoint is empty"
 
-_race_ok(BASE, 4, 3, "this notebook's pipeline")
+_BASE = _SETS["06_throughput"].base  # the notebook's `BASE`
+_race_ok(_BASE, 4, 3, "this notebook's pipeline")
 ### BEGIN HIDDEN TESTS
 def _sgd_momentum(params, lr, weight_decay):
     return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
 
-_race_ok(BASE.replace(optimizer_factory=_sgd_momentum, lr=0.1), 3, 1, "SGD with momentum")
-_race_ok(BASE.replace(weight_decay=0.01, language_seed=5), 6, 2, "another pipeline (h-06-r2)")
+_race_ok(_BASE.replace(optimizer_factory=_sgd_momentum, lr=0.1), 3, 1, "SGD with momentum")
+_race_ok(_BASE.replace(weight_decay=0.01, language_seed=5), 6, 2, "another pipeline (h-06-r2)")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -418,10 +422,11 @@ plt.show()
 # %%
 from course.exercises import mystery
 
-MBASE = BASE
-CANDIDATES = ("healthy", "sync-checkpoint-every-k", "eval-every-step", "item-per-parameter-logging",
-              "data-source-stalls")
-mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=MBASE) for s in (1, 2, 3, 6, 7, 9)}
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["06_throughput"]  # the candidates, the base (BASE) and the seeds; the tests draw the same
+MBASE, CANDIDATES = MYSTERIES.base, MYSTERIES.candidates
+mysteries = MYSTERIES.draws()
 print(repr(mysteries["mystery 1"].checkpoint), repr(mysteries["mystery 1"].batches), "(every part looks like this)")
 
 # %% tags=["demo"]
@@ -460,21 +465,23 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import throughput as _throughput
 from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _throughput.regressions,
         _throughput.slow_phase, _throughput.problems)
-_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
-_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
+_mysteries = _SETS["06_throughput"].draws()  # the notebook's `mysteries`, drawn again here
+_answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=2048, n_val=128, batch_size=16, steps=48, lr=3e-2, warmup=10)
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _hbase, salt="h-06-d3a") for s in (1, 2)}
-_broken = {b: _mystery.make(b, 4 + i, _hbase, salt="h-06-d3a") for i, b in enumerate(
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _hbase, salt="h-06-d3a") for s in (1, 2)}
+_broken = {b: _mystery.hidden(b, 4 + i, _hbase, salt="h-06-d3a") for i, b in enumerate(
     ("log-whole-history-every-step", "collate-quadratic-in-length", "sync-checkpoint-every-k"))}
 _assert_detector(detect, _healthy, _broken, "falsifying test (unseen draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -501,6 +508,7 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import throughput as _throughput
 from course.exercises.grading import assert_names as _assert_names
@@ -510,7 +518,8 @@ _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _throug
 _KIND = {"healthy": "healthy", "sync-checkpoint-every-k": "checkpoint", "eval-every-step": "eval",
          "item-per-parameter-logging": "logging", "log-whole-history-every-step": "logging",
          "data-source-stalls": "data", "collate-quadratic-in-length": "data"}
-_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "slow phase", off=_OFF)
+_mysteries = _SETS["06_throughput"].draws()  # the notebook's `mysteries`, drawn again here
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in _mysteries.items()}, "slow phase", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
@@ -518,7 +527,7 @@ _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=
 _cases = {}
 for _i, _b in enumerate(("healthy", "eval-every-step", "log-whole-history-every-step", "collate-quadratic-in-length",
                          "data-source-stalls")):
-    _cases[f"fresh draw {_i}"] = (_mystery.make(_b, 20 + _i, _hbase, salt="h-06-c5b"), _KIND[_b])
+    _cases[f"fresh draw {_i}"] = (_mystery.hidden(_b, 20 + _i, _hbase, salt="h-06-c5b"), _KIND[_b])
 _assert_names(name_cause, _cases, "slow phase (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -575,13 +584,13 @@ def _still_slow(fixed):
     found = _throughput.problems(fixed, _mbase, seed=7)  # a fresh seed: new noise, initialisation and batches
     return "after your fix, traced on a fresh seed: " + "; ".join(found) if found else None
 
-_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
-    ("sync-checkpoint-every-k", "data-source-stalls", "item-per-parameter-logging"))], _still_slow, "fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-06-f71") for i, b in enumerate(
+_mystery.check_fix(fix, [_mystery.hidden(b, 40 + i, _mbase, salt="h-06-f71") for i, b in enumerate(
     ("collate-quadratic-in-length", "log-whole-history-every-step"))],
     _still_slow, "fix (unseen bugs)", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
+    ("sync-checkpoint-every-k", "data-source-stalls", "item-per-parameter-logging"))], _still_slow, "fix", off=_OFF)
 
 # %% [markdown]
 # ## What each test can and cannot prove

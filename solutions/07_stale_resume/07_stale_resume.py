@@ -236,6 +236,10 @@ def manifest_diff(old, new):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_manifest_diff", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.bugs import inject as _inject
 from course.lessons import manifest as _manifest
 from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
@@ -249,25 +253,30 @@ def _check_diff(old, new, label):
         got = _normal(manifest_diff(old, new))
     assert got == want, f"{label}: you returned {got}; compare every entry of each component, in both directions"
 
-_check_diff(manifest_a, manifest_b, "yesterday against today")
-_check_diff(manifest_a, manifest_a, "a manifest against itself")
+# the notebook's _OLD run and its two manifests, built here
+_OLD = _inject(_Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
+                                   n_train=2048, n_val=64, batch_size=16, steps=200, lr=1e-2, warmup=10), "stale-lr-resume")
+_manifest_a = _manifest.manifest(_OLD, 0, 200, "yesterday")
+_manifest_b = _manifest.manifest(_OLD.replace(lr=3e-3), 0, 200, "today")
+_check_diff(_manifest_a, _manifest_b, "yesterday against today")
+_check_diff(_manifest_a, _manifest_a, "a manifest against itself")
 ### BEGIN HIDDEN TESTS
 import copy as _copy
-_hp = OLD.replace(data_seed=OLD.data_seed + 17)
-_m0 = _manifest.manifest(OLD, 3, 40, "a")
+_hp = _OLD.replace(data_seed=_OLD.data_seed + 17)
+_m0 = _manifest.manifest(_OLD, 3, 40, "a")
 _threads = torch.get_num_threads()
 torch.set_num_threads(_threads + 1)
-_m_threads = _manifest.manifest(OLD, 3, 40, "b")
+_m_threads = _manifest.manifest(_OLD, 3, 40, "b")
 torch.set_num_threads(_threads)
 _check_diff(_m0, _m_threads, "one run made with another thread count")
 _check_diff(_m0, _manifest.manifest(_hp, 3, 40, "c"), "another data seed")
-_check_diff(_m0, _manifest.manifest(OLD, 3, 40, "d"), "the same run inputs, another run block")
+_check_diff(_m0, _manifest.manifest(_OLD, 3, 40, "d"), "the same run inputs, another run block")
 _m_added = _copy.deepcopy(_m0)
 _m_added["code"]["part h07_extra"] = "5e1f0c"
 _m_added["environment"]["h07 flag"] = "True"
 _check_diff(_m0, _m_added, "a newer manifest with entries the old one lacks")
 _check_diff(_m_added, _m0, "an older manifest lacking entries the new one has")
-_m_seed = _manifest.manifest(OLD, 4, 41, "e")
+_m_seed = _manifest.manifest(_OLD, 4, 41, "e")
 _check_diff(_m0, _m_seed, "another seed and step count")
 ### END HIDDEN TESTS
 
@@ -564,10 +573,11 @@ import io
 
 from course.exercises import mystery
 
-MBASE = BASE.replace(n_train=1024, steps=40, warmup=5)
-CANDIDATES = ("healthy", "stale-lr-resume", "optimizer-state-dropped", "scheduler-dropped", "rng-dropped",
-              "data-cursor-reset")
-mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=MBASE) for s in (1, 2, 6, 7, 9, 10, 11)}
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["07_stale_resume"]  # the candidates, the base and the seeds; the tests draw the same
+MBASE, CANDIDATES = MYSTERIES.base, MYSTERIES.candidates  # MBASE: BASE with 1024 windows, 40 steps, warm-up 5
+mysteries = MYSTERIES.draws()
 print(repr(mysteries["mystery 1"].restore), "(every part looks like this)")
 
 # %% [markdown]
@@ -606,20 +616,22 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.reference import checkpoint as _ck
 from course.exercises import mystery as _mystery
 from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _ck.resume_check)
-_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
-_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "resume check", off=_OFF)
+_mysteries = _SETS["07_stale_resume"].draws()  # the notebook's `mysteries`, drawn again here
+_answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "resume check", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
                              n_train=1024, n_val=64, batch_size=16, steps=40, lr=1e-2, warmup=5)
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _hbase, salt="h-07-d53") for s in (1, 2)}
-_broken = {b: _mystery.make(b, 3 + i, _hbase, salt="h-07-d53") for i, b in enumerate(
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _hbase, salt="h-07-d53") for s in (1, 2)}
+_broken = {b: _mystery.hidden(b, 3 + i, _hbase, salt="h-07-d53") for i, b in enumerate(
     ("weights-only-resume", "stale-schedule-resume", "stale-lr-resume", "data-cursor-reset", "rng-dropped"))}
 _assert_detector(detect, _healthy, _broken, "resume check (unseen draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -656,6 +668,7 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.reference import checkpoint as _ck
 from course.exercises import mystery as _mystery
 from course.exercises.grading import assert_names as _assert_names
@@ -664,7 +677,8 @@ _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _ck.res
 _KIND = {"healthy": "healthy", "stale-lr-resume": "stale-lr", "stale-schedule-resume": "stale-lr",
          "optimizer-state-dropped": "optimizer-state", "scheduler-dropped": "scheduler", "rng-dropped": "rng",
          "data-cursor-reset": "data-cursor"}
-_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "cause", off=_OFF)
+_mysteries = _SETS["07_stale_resume"].draws()  # the notebook's `mysteries`, drawn again here
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in _mysteries.items()}, "cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
@@ -672,7 +686,7 @@ _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=
 _cases = {}
 for _i, _b in enumerate(("healthy", "stale-schedule-resume", "optimizer-state-dropped", "scheduler-dropped",
                          "rng-dropped", "data-cursor-reset", "stale-lr-resume")):
-    _p = _mystery.make(_b, 20 + _i, _hbase, salt="h-07-c19")
+    _p = _mystery.hidden(_b, 20 + _i, _hbase, salt="h-07-c19")
     _cases[f"fresh draw {_i}"] = (_p, _KIND[_b])
 _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -768,13 +782,13 @@ def _still_stale(fixed, seed=5, first=8, then=8):
                 "keep every configured hyperparameter of each param group, not only the rate")
     return None
 
-_mystery.check_fix(fix, [_mystery.make("stale-lr-resume", 30 + i, _mbase) for i in range(2)], _still_stale, "fix",
-                   off=(_ck.restore_state, _ck._restore, _ck.resume_check))
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-07-f72") for i, b in enumerate(
+_mystery.check_fix(fix, [_mystery.hidden(b, 40 + i, _mbase, salt="h-07-f72") for i, b in enumerate(
     ("stale-lr-resume", "stale-schedule-resume"))], _still_stale, "fix (fresh draws)",
     off=(_ck.restore_state, _ck._restore, _ck.resume_check))
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make("stale-lr-resume", 30 + i, _mbase) for i in range(2)], _still_stale, "fix",
+                   off=(_ck.restore_state, _ck._restore, _ck.resume_check))
 
 # %% [markdown]
 # ## What each test can and cannot prove

@@ -430,10 +430,11 @@ for name, (p, model) in {"causal mask off": (maskoff_pipe, maskoff_run.model), "
 # %%
 from course.exercises import mystery
 
-MBASE = BASE
-CANDIDATES = ("healthy", "causal-mask-off", "kv-cache-position-offset", "kv-cache-not-appended",
-              "first-position-logits", "temperature-after-softmax")
-mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=MBASE) for s in (1, 2, 4, 6, 7, 9, 10)}
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["08_generation"]  # the candidates, the base (BASE) and the seeds; the tests draw the same
+MBASE, CANDIDATES = MYSTERIES.base, MYSTERIES.candidates
+mysteries = MYSTERIES.draws()
 print(repr(mysteries["mystery 1"].generate), repr(mysteries["mystery 1"].prepare), "(every part looks like this)")
 
 # %% [markdown]
@@ -498,6 +499,7 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import generate as _G
 from course.exercises.grading import assert_detector as _assert_detector
@@ -507,12 +509,13 @@ _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_mode
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _G.consistency_problems, _G.cache_gap,
         _G.recompute_logits, _G.future_perturbation, _G.sampler_error, _G.generator_problems)
-_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
-_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "consistency check", off=_OFF)
+_mysteries = _SETS["08_generation"].draws()  # the notebook's `mysteries`, drawn again here
+_answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "consistency check", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _mbase, salt="h-08-d5c") for s in (1, 2, 3)}
-_broken = {b: _mystery.make(b, 4 + i, _mbase, salt="h-08-d5c") for i, b in enumerate(
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _mbase, salt="h-08-d5c") for s in (1, 2, 3)}
+_broken = {b: _mystery.hidden(b, 4 + i, _mbase, salt="h-08-d5c") for i, b in enumerate(
     ("kv-cache-position-reset", "kv-cache-reset-each-step", "temperature-multiplied", "causal-mask-off",
      "kv-cache-not-appended", "first-position-logits"))}
 _assert_detector(detect, _healthy, _broken, "consistency check (unseen draws)", off=_OFF)
@@ -553,6 +556,7 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import generate as _G
 from course.exercises.grading import assert_names as _assert_names
@@ -565,12 +569,13 @@ _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _G.cons
 _KIND = {"healthy": "healthy", "causal-mask-off": "causal-mask", "first-position-logits": "last-logits",
          "kv-cache-position-offset": "position", "kv-cache-position-reset": "position",
          "kv-cache-not-appended": "cache", "temperature-after-softmax": "temperature", "temperature-multiplied": "temperature"}
-_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "bug name", off=_OFF)
+_mysteries = _SETS["08_generation"].draws()  # the notebook's `mysteries`, drawn again here
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in _mysteries.items()}, "bug name", off=_OFF)
 ### BEGIN HIDDEN TESTS
 _cases = {}
 for _i, _b in enumerate(("healthy", "kv-cache-position-reset", "temperature-multiplied", "causal-mask-off",
                          "kv-cache-not-appended", "first-position-logits", "kv-cache-position-offset")):
-    _cases[f"fresh draw {_i}"] = (_mystery.make(_b, 20 + _i, _mbase, salt="h-08-c3a"), _KIND[_b])
+    _cases[f"fresh draw {_i}"] = (_mystery.hidden(_b, 20 + _i, _mbase, salt="h-08-c3a"), _KIND[_b])
 _assert_names(name_cause, _cases, "bug name (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -672,14 +677,14 @@ def _generator_broken(fixed, prompts):
     return "your generator on fresh prompts: " + "; ".join(found) if found else None
 
 
-_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
-    ("kv-cache-position-offset", "kv-cache-not-appended", "temperature-after-softmax"))],
-    lambda fixed: _generator_broken(fixed, _glang.sample(128, 4, seed=11)), "fixed generator", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-08-f7b") for i, b in enumerate(
+_mystery.check_fix(fix, [_mystery.hidden(b, 40 + i, _mbase, salt="h-08-f7b") for i, b in enumerate(
     ("kv-cache-position-reset", "first-position-logits", "temperature-multiplied"))],
     lambda fixed: _generator_broken(fixed, _glang.sample(256, 4, seed=4242)), "fixed generator (unseen bugs)", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
+    ("kv-cache-position-offset", "kv-cache-not-appended", "temperature-after-softmax"))],
+    lambda fixed: _generator_broken(fixed, _glang.sample(128, 4, seed=11)), "fixed generator", off=_OFF)
 
 # %% [markdown]
 # ## What each test can and cannot prove

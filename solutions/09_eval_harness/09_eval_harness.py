@@ -195,13 +195,14 @@ def option_logprob(model, context, choice, delimiter=" "):
 from course.lessons import harness as _h
 from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
+_model = _h.train_model(steps=250)  # the notebook's `model`, trained here (seeded: the same weights)
 def _ref(ctx, choice, delim):
-    return _h.score_continuations(model, [_h.encode(ctx)], [_h.encode(delim + choice)])[0]
+    return _h.score_continuations(_model, [_h.encode(ctx)], [_h.encode(delim + choice)])[0]
 
 _cases = [("o dorn vex", "ka", " "), ("o dorn vex", "ka rup", " "), ("mun sel", "glint o", "")]
 _want = [_ref(*c) for c in _cases]  # before switching off
 with _captured(), _off(_h.score_continuations, _h.run):
-    _got = [float(option_logprob(model, *c)) for c in _cases]
+    _got = [float(option_logprob(_model, *c)) for c in _cases]
 assert abs(_got[0] - _want[0]) < 1e-4, "one-token option: the log-probability of ' ka' after the context"
 assert abs(_got[1] - _want[1]) < 1e-4, "two-token option: sum the log-probabilities of both tokens (' ka', ' rup')"
 assert abs(_got[2] - _want[2]) < 1e-4, "with delimiter='' the continuation is the bare choice: 'glint', then ' o'"
@@ -216,7 +217,7 @@ for _ in range(12):
 _hc.append(("o\nka", "ti", " "))
 _hw = [_ref(*c) for c in _hc]
 with _captured(), _off(_h.score_continuations, _h.run):
-    _hg = [float(option_logprob(model, *c)) for c in _hc]
+    _hg = [float(option_logprob(_model, *c)) for c in _hc]
 for _c, _w, _g in zip(_hc, _hw, _hg):
     assert abs(_g - _w) < 1e-4, f"wrong for context {_c[0]!r}, choice {_c[1]!r}, delimiter {_c[2]!r}: you gave {_g:.4f}"
 ### END HIDDEN TESTS
@@ -285,6 +286,8 @@ def accuracies(lls, choices, gold):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_accuracies", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+
 from course.lessons import harness as _h
 from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
@@ -636,9 +639,11 @@ for n in (3, 8, 13):
 # its own seeds. Their three-shot scores with the model above:
 
 # %%
-CANDIDATES = ("healthy", "option-without-delimiter", "fewshot-count-ignored", "template-differs-from-training",
-              "truncation-cuts-question", "prompt-tokens-scored", "norm-by-token-count")
-mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=HEALTHY) for s in (1, 2, 3, 6, 10, 11, 13, 19)}
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["09_eval_harness"]  # the candidates, the base (HEALTHY) and the seeds; the tests draw the same
+CANDIDATES = MYSTERIES.candidates
+mysteries = MYSTERIES.draws()
 small = task.subset(60)
 print(repr(mysteries["mystery 1"].eval_template), "(every part looks like this)")
 
@@ -690,18 +695,20 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.lessons import harness as _h
 from course.exercises import mystery as _mystery
 from course import Pipeline as _Pipeline
 from course.exercises.grading import assert_detector as _assert_detector
 
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _h.problems)
-_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
-_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
+_mysteries = _SETS["09_eval_harness"].draws()  # the notebook's `mysteries`, drawn again here
+_answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _Pipeline(), salt="h-09-d62") for s in (1, 2)}
-_broken = {b: _mystery.make(b, 3 + i, _Pipeline(), salt="h-09-d62") for i, b in enumerate(
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _Pipeline(), salt="h-09-d62") for s in (1, 2)}
+_broken = {b: _mystery.hidden(b, 3 + i, _Pipeline(), salt="h-09-d62") for i, b in enumerate(
     ("option-delimiter-doubled", "template-trailing-space", "norm-by-sequence-length", "fewshot-count-ignored",
      "truncation-cuts-question", "prompt-tokens-scored"))}
 _assert_detector(detect, _healthy, _broken, "falsifying test (unseen draws)", off=_OFF)
@@ -738,6 +745,7 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.lessons import harness as _h
 from course.exercises import mystery as _mystery
 from course import Pipeline as _Pipeline
@@ -749,13 +757,14 @@ _KIND = {"healthy": "healthy", "option-without-delimiter": "delimiter", "option-
          "template-trailing-space": "template", "truncation-cuts-question": "truncation",
          "prompt-tokens-scored": "scoring", "norm-by-token-count": "normalisation",
          "norm-by-sequence-length": "normalisation"}
-_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "cause", off=_OFF)
+_mysteries = _SETS["09_eval_harness"].draws()  # the notebook's `mysteries`, drawn again here
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in _mysteries.items()}, "cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
 _cases = {}
 for _i, _b in enumerate(("healthy", "option-delimiter-doubled", "template-trailing-space", "norm-by-sequence-length",
                          "fewshot-count-ignored", "truncation-cuts-question", "prompt-tokens-scored",
                          "template-differs-from-training", "option-without-delimiter", "norm-by-token-count")):
-    _cases[f"fresh draw {_i}"] = (_mystery.make(_b, 20 + _i, _Pipeline(), salt="h-09-c3a"), _KIND[_b])
+    _cases[f"fresh draw {_i}"] = (_mystery.hidden(_b, 20 + _i, _Pipeline(), salt="h-09-c3a"), _KIND[_b])
 _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -798,28 +807,31 @@ def fix(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_fix", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import torch
+
 from course.lessons import harness as _h
 from course.exercises import mystery as _mystery
 from course import Pipeline as _Pipeline
 
 _OFF = (_h.problems,)  # check_fix also switches off reveal, draw, make, touched
 _fresh_items = _h.make_task(40, seed=31)
+_model = _h.train_model(steps=250)  # the notebook's `model`, trained here (seeded: the same weights)
 
 def _still_broken(fixed):
-    found = _h.problems(fixed, model, _fresh_items)
+    found = _h.problems(fixed, _model, _fresh_items)
     if not found:
-        ours, reference = _h.run(model, fixed, _fresh_items, 3), _h.run(model, _Pipeline(), _fresh_items, 3)
+        ours, reference = _h.run(_model, fixed, _fresh_items, 3), _h.run(_model, _Pipeline(), _fresh_items, 3)
         if not (torch.equal(ours.lls, reference.lls) and torch.equal(ours.lengths, reference.lengths)):
             found = ["the fixed harness scores fresh items differently from the reference harness"]
     return "after your fix: " + "; ".join(found) if found else None
 
-_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _Pipeline()) for i, b in enumerate(
-    ("option-without-delimiter", "truncation-cuts-question", "norm-by-token-count"))], _still_broken, "fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _Pipeline(), salt="h-09-f17") for i, b in enumerate(
+_mystery.check_fix(fix, [_mystery.hidden(b, 40 + i, _Pipeline(), salt="h-09-f17") for i, b in enumerate(
     ("template-trailing-space", "fewshot-count-ignored", "prompt-tokens-scored", "option-delimiter-doubled"))],
     _still_broken, "fix (unseen bugs)", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _Pipeline()) for i, b in enumerate(
+    ("option-without-delimiter", "truncation-cuts-question", "norm-by-token-count"))], _still_broken, "fix", off=_OFF)
 
 # %% [markdown]
 # ## What each test can and cannot prove

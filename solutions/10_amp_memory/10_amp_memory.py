@@ -444,8 +444,11 @@ print("weights finite after step 0, broken fp16 without a scaler:", runs[0].weig
 from course.exercises import mystery
 
 torch.manual_seed(0)
-FP16_CANDIDATES = ("healthy", "logit-temperature", "mlp-weights-scaled", "lr-hundredfold")
-fp16_mysteries = {f"fp16 mystery {s}": mystery.draw(FP16_CANDIDATES, seed=s, base=BASE) for s in (1, 2, 3, 6, 7, 10)}
+from course.exercises.sets import SETS
+
+FP16_MYSTERIES = SETS["10_amp_memory/fp16"]  # the candidates, the base (BASE) and the seeds; the tests draw the same
+FP16_CANDIDATES = FP16_MYSTERIES.candidates
+fp16_mysteries = FP16_MYSTERIES.draws()
 print(repr(fp16_mysteries["fp16 mystery 1"].loss_fn), repr(fp16_mysteries["fp16 mystery 1"].prepare), "(every part looks like this)")
 
 # %% [markdown]
@@ -490,6 +493,7 @@ def detect_fp16(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_fp16_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import amp as _amp
 from course.exercises.grading import assert_detector as _assert_detector
@@ -498,15 +502,16 @@ _pbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_mode
                              n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.overflow_problems, _amp.over_fp16,
         _amp.reference_twin)
-_answers = {name: _mystery.reveal(p) for name, p in fp16_mysteries.items()}
-_assert_detector(detect_fp16, {n: p for n, p in fp16_mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in fp16_mysteries.items() if _answers[n] != "healthy"}, "fp16 test", off=_OFF)
+_fp16_mysteries = _SETS["10_amp_memory/fp16"].draws()  # the notebook's `fp16_mysteries`, drawn again here
+_answers = {name: _mystery.reveal(p) for name, p in _fp16_mysteries.items()}
+_assert_detector(detect_fp16, {n: p for n, p in _fp16_mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in _fp16_mysteries.items() if _answers[n] != "healthy"}, "fp16 test", off=_OFF)
 ### BEGIN HIDDEN TESTS
 # healthy draw 5 of this salt skips its first two steps under a GradScaler (the scaler finding its
 # scale); the lr-zero draw is broken in another way (no update moves the weights) and stays finite
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _pbase, salt="h-10-p1h") for s in (2, 5)}
-_healthy["a draw whose weights never move"] = _mystery.make("lr-zero", 6, _pbase, salt="h-10-p1h")
-_broken = {b: _mystery.make(b, 4 + i, _pbase, salt="h-10-p1d") for i, b in enumerate(
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _pbase, salt="h-10-p1h") for s in (2, 5)}
+_healthy["a draw whose weights never move"] = _mystery.hidden("lr-zero", 6, _pbase, salt="h-10-p1h")
+_broken = {b: _mystery.hidden(b, 4 + i, _pbase, salt="h-10-p1d") for i, b in enumerate(
     ("logit-multiplier", "qkv-weights-scaled", "lr-hardcoded", "lr-hundredfold"))}
 _assert_detector(detect_fp16, _healthy, _broken, "fp16 test (unseen draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -537,6 +542,7 @@ def name_fp16_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_fp16_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import amp as _amp
 from course.exercises.grading import assert_names as _assert_names
@@ -547,10 +553,11 @@ _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.ov
         _amp.reference_twin)
 _PLACE = {"healthy": "healthy", "logit-temperature": "loss", "logit-multiplier": "loss", "mlp-weights-scaled": "model",
           "qkv-weights-scaled": "model", "lr-hundredfold": "updates", "lr-hardcoded": "updates"}
-_assert_names(name_fp16_cause, {n: (p, _PLACE[_mystery.reveal(p)]) for n, p in fp16_mysteries.items()}, "fp16 cause",
+_fp16_mysteries = _SETS["10_amp_memory/fp16"].draws()  # the notebook's `fp16_mysteries`, drawn again here
+_assert_names(name_fp16_cause, {n: (p, _PLACE[_mystery.reveal(p)]) for n, p in _fp16_mysteries.items()}, "fp16 cause",
               off=_OFF)
 ### BEGIN HIDDEN TESTS
-_cases = {f"fresh draw {_i}": (_mystery.make(_b, 20 + _i, _pbase, salt="h-10-p2c"), _PLACE[_b]) for _i, _b in enumerate(
+_cases = {f"fresh draw {_i}": (_mystery.hidden(_b, 20 + _i, _pbase, salt="h-10-p2c"), _PLACE[_b]) for _i, _b in enumerate(
     ("healthy", "logit-multiplier", "qkv-weights-scaled", "lr-hardcoded", "mlp-weights-scaled", "logit-temperature",
      "lr-hundredfold"))}
 _assert_names(name_fp16_cause, _cases, "fp16 cause (fresh draws)", off=_OFF)
@@ -604,14 +611,14 @@ def _still_overflows(fixed, seed):
     return "the fixed pipeline under fp16 with a scaler, on a fresh seed: " + "; ".join(found) if found else None
 
 
-_mystery.check_fix(fix_fp16, [_mystery.make(b, 30 + i, _pbase) for i, b in enumerate(
-    ("logit-temperature", "mlp-weights-scaled", "lr-hundredfold"))], lambda fixed: _still_overflows(fixed, 7),
-    "fp16 fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix_fp16, [_mystery.make(b, 40 + i, _pbase, salt="h-10-p3f") for i, b in enumerate(
+_mystery.check_fix(fix_fp16, [_mystery.hidden(b, 40 + i, _pbase, salt="h-10-p3f") for i, b in enumerate(
     ("logit-multiplier", "qkv-weights-scaled", "lr-hardcoded", "mlp-weights-scaled"))],
     lambda fixed: _still_overflows(fixed, 13), "fp16 fix (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix_fp16, [_mystery.make(b, 30 + i, _pbase) for i, b in enumerate(
+    ("logit-temperature", "mlp-weights-scaled", "lr-hundredfold"))], lambda fixed: _still_overflows(fixed, 7),
+    "fp16 fix", off=_OFF)
 
 # %% [markdown]
 # The loop closed on the draws above: the same test that saw each symptom, re-run on each draw after
@@ -727,8 +734,11 @@ for name, pipe_ in {"before the fix": both_broken, "after the fix": both_fixed}.
 # %%
 from course.exercises import mystery
 
-CANDIDATES = ("healthy", "loss-kept-with-graph", "monitor-kept-with-graph")
-mysteries = {f"mystery {s}": mystery.draw(CANDIDATES, seed=s, base=BASE) for s in (1, 2, 3, 5, 9, 10)}
+from course.exercises.sets import SETS
+
+MYSTERIES = SETS["10_amp_memory/leak"]  # the candidates, the base (BASE) and the seeds; the tests draw the same
+CANDIDATES = MYSTERIES.candidates
+mysteries = MYSTERIES.draws()
 print(repr(mysteries["mystery 1"].keep_loss), repr(mysteries["mystery 1"].monitor), "(every part looks like this)")
 
 # %% tags=["demo"]
@@ -754,6 +764,7 @@ def detect(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import amp as _amp
 from course.exercises.grading import assert_detector as _assert_detector
@@ -761,12 +772,13 @@ from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=512, n_val=64, batch_size=16, steps=20, lr=1e-2, warmup=5)
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.memory_problems, _amp.growth)
-_answers = {name: _mystery.reveal(p) for name, p in mysteries.items()}
-_assert_detector(detect, {n: p for n, p in mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in mysteries.items() if _answers[n] != "healthy"}, "memory test", off=_OFF)
+_mysteries = _SETS["10_amp_memory/leak"].draws()  # the notebook's `mysteries`, drawn again here
+_answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
+                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "memory test", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _mbase, salt="h-10-d2e") for s in (1, 2)}
-_broken = {b: _mystery.make(b, 4 + i, _mbase, salt="h-10-d2e") for i, b in enumerate(
+_healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _mbase, salt="h-10-d2e") for s in (1, 2)}
+_broken = {b: _mystery.hidden(b, 4 + i, _mbase, salt="h-10-d2e") for i, b in enumerate(
     ("monitor-logits-kept", "loss-kept-with-graph", "monitor-kept-with-graph"))}
 _assert_detector(detect, _healthy, _broken, "memory test (unseen draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -792,6 +804,7 @@ def name_cause(pipe):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_cause", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+from course.exercises.sets import SETS as _SETS
 from course.exercises import mystery as _mystery
 from course.lessons import amp as _amp
 from course.exercises.grading import assert_names as _assert_names
@@ -801,9 +814,10 @@ _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_mode
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _amp.memory_problems, _amp.growth)
 _KIND = {"healthy": "healthy", "loss-kept-with-graph": "history", "monitor-kept-with-graph": "monitor",
          "monitor-logits-kept": "monitor"}
-_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in mysteries.items()}, "cause", off=_OFF)
+_mysteries = _SETS["10_amp_memory/leak"].draws()  # the notebook's `mysteries`, drawn again here
+_assert_names(name_cause, {n: (p, _KIND[_mystery.reveal(p)]) for n, p in _mysteries.items()}, "cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_cases = {f"fresh draw {_i}": (_mystery.make(_b, 20 + _i, _mbase, salt="h-10-c7f"), _KIND[_b]) for _i, _b in enumerate(
+_cases = {f"fresh draw {_i}": (_mystery.hidden(_b, 20 + _i, _mbase, salt="h-10-c7f"), _KIND[_b]) for _i, _b in enumerate(
     ("healthy", "monitor-logits-kept", "loss-kept-with-graph", "monitor-kept-with-graph"))}
 _assert_names(name_cause, _cases, "cause (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
@@ -853,13 +867,13 @@ def _still_leaks(fixed, seed):
     return "the fixed loop on a fresh seed: " + "; ".join(found) if found else None
 
 
-_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
-    ("loss-kept-with-graph", "monitor-kept-with-graph"))], lambda fixed: _still_leaks(fixed, 7), "fix", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make(b, 40 + i, _mbase, salt="h-10-f3a") for i, b in enumerate(
+_mystery.check_fix(fix, [_mystery.hidden(b, 40 + i, _mbase, salt="h-10-f3a") for i, b in enumerate(
     ("monitor-logits-kept", "loss-kept-with-graph", "monitor-kept-with-graph"))],
     lambda fixed: _still_leaks(fixed, 13), "fix (fresh draws)", off=_OFF)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
+    ("loss-kept-with-graph", "monitor-kept-with-graph"))], lambda fixed: _still_leaks(fixed, 7), "fix", off=_OFF)
 
 # %% [markdown]
 # ## On a GPU kernel only

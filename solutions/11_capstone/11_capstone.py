@@ -304,12 +304,12 @@ def fix(pipe):
 from course.exercises import capstone as _capstone, identity as _identity, mystery as _mystery
 
 _theirs = _capstone.draw_for(_identity.identity(MY_NAME))
-_mystery.check_fix(fix, [_theirs], _capstone.family_of(_theirs).symptom, "fix",
-                   off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
 ### BEGIN HIDDEN TESTS
 _mystery.check_fix(fix, _capstone.fresh_draws(_theirs, salt="h-11-v8f", n=1), _capstone.family_of(_theirs).symptom,
                    "fix (a fresh draw of your bug)", off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
 ### END HIDDEN TESTS
+_mystery.check_fix(fix, [_theirs], _capstone.family_of(_theirs).symptom, "fix",
+                   off=_capstone.SWITCHED_OFF + _capstone.PACKAGE_CHECKS)
 
 # %% nbgrader={"grade": true, "grade_id": "test_fix_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here

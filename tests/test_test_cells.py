@@ -1,0 +1,186 @@
+"""A test cell uses only its own names and the package's, never a notebook global.
+
+A test cell that reads a name the notebook defined (the base of its hidden draws, the list of
+candidate bugs, a fix-checking helper, the notebook's collection of mysteries) grades whatever the
+learner left bound to that name, and a learner who rebinds it, even by accident with a helper of
+the same name, changes what is graded and how. So every name a test cell reads is assigned or
+imported in that cell, is a builtin, or is one of the answers it grades: a name defined in the
+notebook's answer cells (nbgrader ``solution`` cells, which the learner writes). Checked over
+every test cell of every solution notebook, hidden tests included, with planted violations as the
+negative control.
+"""
+import ast
+import builtins
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(ROOT.glob("solutions/*/*.ipynb"))
+BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "__file__"}
+
+
+def _source(cell) -> str:
+    text = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in text.splitlines())
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def bound(tree: ast.AST) -> set:
+    """Every name a piece of code binds anywhere: assignments, loop and comprehension targets,
+    ``def``/``class``, imports, function arguments, ``except ... as``, ``global``."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+        elif isinstance(node, ast.MatchAs) and node.name:
+            out.add(node.name)
+    return out
+
+
+def top_level(tree: ast.Module) -> set:
+    """The names a cell defines in the notebook's namespace: its top-level assignments, functions
+    and classes, not the arguments or locals of its functions and not its imports (an import in an
+    answer cell is scaffolding: the test cell imports what it uses itself)."""
+    out = set()
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+            return
+        if isinstance(node, ast.Lambda):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                visit(child)
+    visit(tree)
+    return out
+
+
+def read(tree: ast.AST) -> set:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def answers(nb: dict) -> set:
+    """The names the learner's answer cells define (what the test cells grade)."""
+    out = set()
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        if cell["cell_type"] == "code" and meta.get("solution") and not meta.get("grade"):
+            out |= top_level(ast.parse(_source(cell)))
+    return out
+
+
+def notebook_globals_read(nb: dict) -> dict:
+    """{grade_id: sorted names} of the test cells that read a name they neither bind nor import,
+    that is no builtin and no answer."""
+    allowed = answers(nb)
+    found = {}
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        if cell["cell_type"] != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        tree = ast.parse(_source(cell))
+        free = read(tree) - bound(tree) - BUILTINS - allowed
+        if free:
+            found[meta.get("grade_id")] = sorted(free)
+    return found
+
+
+HIDDEN_MAKERS = frozenset({"hidden", "grading_draws", "fresh_draws"})
+
+
+def _calls(node: ast.AST) -> set:
+    """The names of the functions ``node`` calls (``f(...)`` and ``x.f(...)``)."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            out.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
+    return out
+
+
+def hidden_after_kernel_rerun(nb: dict) -> list:
+    """grade_ids of the test cells that make a hidden draw after a ``check_fix`` call. ``check_fix``
+    re-runs the learner's fix in the kernel, so learner code has run in the kernel by then and could
+    have read the rest of the cell's source (its hidden draws' bugs and salts): a cell's hidden
+    draws come before its first ``check_fix``."""
+    found = []
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        if cell["cell_type"] != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        fixed = False
+        for statement in ast.parse(_source(cell)).body:
+            calls = _calls(statement)
+            if fixed and calls & HIDDEN_MAKERS:
+                found.append(meta.get("grade_id"))
+                break
+            fixed = fixed or "check_fix" in calls
+    return found
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.parent.name for p in NOTEBOOKS])
+def test_every_test_cell_reads_only_its_own_names_and_the_packages(path):
+    found = notebook_globals_read(_load(path))
+    assert not found, (f"{path.parent.name}: these test cells read names the notebook defined (a learner "
+                       f"could rebind them): {found}. Import them from the package or build them in the cell")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.parent.name for p in NOTEBOOKS])
+def test_hidden_draws_come_before_the_kernel_reruns_a_fix(path):
+    late = hidden_after_kernel_rerun(_load(path))
+    assert not late, (f"{path.parent.name}: these test cells make hidden draws after check_fix has re-run the "
+                      f"learner's fix in the kernel: {late}. Put the hidden block before the visible check_fix")
+
+
+def test_the_order_check_finds_a_hidden_draw_after_check_fix():
+    late = ("from course.exercises import mystery\nmystery.check_fix(fix, [], None)\n### BEGIN HIDDEN TESTS\n"
+            "mystery.check_fix(fix, [mystery.hidden('x', 1)], None)\n")
+    early = ("from course.exercises import mystery\n### BEGIN HIDDEN TESTS\n"
+             "mystery.check_fix(fix, [mystery.hidden('x', 1)], None)\n### END HIDDEN TESTS\nmystery.check_fix(fix, [], None)\n")
+    assert hidden_after_kernel_rerun(_toy(late)) == ["test_detect"]
+    assert hidden_after_kernel_rerun(_toy(early)) == []
+
+
+def _toy(test_source: str, answer_source: str = "def detect(pipe):\n    return True\n") -> dict:
+    code = lambda src, **nbg: {"cell_type": "code", "source": src, "metadata": {"nbgrader": nbg}}
+    return {"cells": [code("from course.exercises import mystery\nmysteries = {}\nBASE = None\n"),
+                      code(answer_source, solution=True, grade=False, grade_id="detect"),
+                      code(test_source, grade=True, solution=False, grade_id="test_detect", points=1)]}
+
+
+def test_the_check_finds_a_planted_notebook_global():
+    # negative controls: the notebook's mysteries, its imported module, a base in a hidden test
+    assert notebook_globals_read(_toy("assert_detector(detect, mysteries)\n")) == \
+        {"test_detect": ["assert_detector", "mysteries"]}
+    assert notebook_globals_read(_toy("mystery.check_fix(detect, [], None)\n")) == {"test_detect": ["mystery"]}
+    hidden = "from course.exercises import mystery\n### BEGIN HIDDEN TESTS\nmystery.hidden('x', 1, BASE)\n"
+    assert notebook_globals_read(_toy(hidden)) == {"test_detect": ["BASE"]}
+
+
+def test_the_check_accepts_a_cells_own_names_and_the_answers():
+    ok = ("import math\nfrom course.exercises import mystery\nfrom course.exercises.grading import assert_detector\n"
+          "cases = {f'd{i}': mystery.hidden('healthy', i) for i in range(2)}\n"
+          "try:\n    assert_detector(detect, cases, {})\nexcept ValueError as err:\n    print(err, math.pi)\n")
+    assert notebook_globals_read(_toy(ok)) == {}
