@@ -387,6 +387,7 @@ def install(shell) -> None:
                   ("prefilter checker", pm, "_checkers"),
                   ("prefilter handler", pm, "_handlers"),
                   ("prefilter escape handler", pm, "_esc_handlers")]
+    containers.append(("gc callback", gc, "callbacks"))  # runs inside any allocation of the test
     containers = [(label, owner, attr) for label, owner, attr in containers if hasattr(owner, attr)]
     transformer_labels = {label for label, _, _ in containers}
     for event in callbacks:
@@ -529,6 +530,78 @@ def install(shell) -> None:
             return [f"pre_run_cell was triggered by {getattr_(getattr_(f, 'f_code', None), 'co_qualname', '?')}"]
         return []
 
+    fork_, exit_, waitpid_ = os.fork, os._exit, os.waitpid
+    course_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    signal_mod = sys.modules.get("signal") or __import__("signal")
+    known_handlers = {n: signal_mod.getsignal(n) for n in signal_mod.valid_signals()
+                      if not isinstance_(signal_mod.getsignal(n), int)} if hasattr_(signal_mod, "valid_signals") else {}
+
+    def submission_file(path) -> bool:
+        """Code that is neither this Python's or its venv's, nor the course's or the grader's."""
+        return not (path.startswith(prefixes) or path.startswith(course_root) or path.startswith("<frozen "))
+
+    def fork_handlers():
+        """The submission's os.register_at_fork handlers: a probe fork, profiled (its child exits at
+        once). A handler runs inside every graded call's fork, on the stack of the test."""
+        seen = []
+
+        def probe(frame, event, arg):
+            if event == "call" and submission_file(frame.f_code.co_filename):
+                seen.append(f"{frame.f_code.co_qualname} (a fork handler)")
+        old = getprofile()
+        setprofile(probe)
+        try:
+            pid = fork_()
+            if pid == 0:
+                exit_(0)
+        finally:
+            setprofile(old)
+        waitpid_(pid, 0)
+        return sorted(set(seen))
+
+    def running_threads():
+        """Threads other than this one that are running the submission's code."""
+        out = []
+        me = threading.get_ident()
+        for ident, frame in sys._current_frames().items():
+            if ident == me:
+                continue
+            f = frame
+            while f is not None:
+                if submission_file(f.f_code.co_filename):
+                    out.append(f"a thread running {f.f_code.co_qualname} (started by the submission)")
+                    break
+                f = f.f_back
+        return out
+
+    def suspend_signals():
+        """Python signal handlers the submission set: ignored while the test runs (a handler runs on the
+        test's frames); the originals, to put back."""
+        held = {}
+        if not known_handlers and not hasattr_(signal_mod, "valid_signals"):
+            return held
+        for n in signal_mod.valid_signals():
+            try:
+                h = signal_mod.getsignal(n)
+            except (OSError, ValueError):
+                continue
+            if callable_(h) and h is not known_handlers.get(n) and not library(h):
+                try:
+                    signal_mod.signal(n, signal_mod.SIG_IGN)
+                    held[n] = h
+                except (OSError, ValueError, RuntimeError):
+                    pass
+        return held
+
+    def free_stored(stores):
+        """Drop the old values of the names the test will assign, and collect garbage, now: a
+        finalizer of the submission's (``__del__``, ``weakref.finalize``) then runs here, not on the
+        test's frames when the test rebinds the name."""
+        for k in stores:
+            if k in user_ns and not isinstance_(user_ns[k], types.ModuleType) and k not in ("In", "Out", "get_ipython"):
+                del user_ns[k]
+        gc.collect()
+
     def stack_problems(f):
         """Every frame from run_cell_async up to the kernel's do_execute is IPython's/ipykernel's."""
         f, out = getattr_(getattr_(f, "f_back", None), "f_back", None), []
@@ -616,12 +689,15 @@ def install(shell) -> None:
             payload = loads(parts[2]) if len(parts) > 2 else {}
             if isinstance_(payload, list):
                 payload = {"names": payload}
+            free_stored(payload.get("stores", []))
             replaced = path_check(True)
             # the error display alone (a rich-traceback library replaces showtraceback): restored,
             # noted, and the test graded honestly, as nbgrader does (errors come from the kernel's
             # reply, not the display); any other part of the path replaced voids the test
             shown = [r for r in replaced if r.split(" ")[0].rsplit(".", 1)[-1] in DISPLAY_ONLY]
-            tampered = caller_problems(caller) + [r for r in replaced if r not in shown]
+            tampered = caller_problems(caller) + [r for r in replaced if r not in shown] + \
+                fork_handlers() + running_threads()
+            state["signals"] = suspend_signals()
             removed = traced() + side_hooks(True)
             saved, added = container_check(True)
             done = getattr_(info, "transformed_cell", None)
@@ -636,7 +712,12 @@ def install(shell) -> None:
         state["armed"] = None
         saved, added = container_check(True)
         report = {"stage": "post", "changed": changed() + path_check(True) + traced() + side_hooks(True) +
-                  [f"{label} {describe(x)} (added)" for label, x in added]}
+                  [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()}
+        for n, h in state.pop("signals", {}).items():
+            try:
+                signal_mod.signal(n, h)
+            except (OSError, ValueError, RuntimeError):
+                pass
         restore([])
         # post_* callbacks come back at the next cell: in this control cell they would run after
         # its report and could clear it; the rest now, so the next cell is transformed as before

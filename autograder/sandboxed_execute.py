@@ -124,6 +124,22 @@ def _names(source: str) -> list[str]:
     return sorted(found)
 
 
+def _stores(source: str) -> list[str]:
+    """The names a test cell's top-level code assigns (the guard frees their old values first)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = set()
+    for node in tree.body:
+        for n in ast.walk(node):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                found.add(n.id)
+    return sorted(found)
+
+
 def _is_test(cell) -> bool:
     meta = cell.get("metadata", {}).get("nbgrader", {})
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
@@ -274,7 +290,7 @@ class SandboxedExecute(Execute):
         test = _is_test(cell) and self.guard
         restored, void = [], []
         if test:
-            payload = {"names": _names(cell.source),
+            payload = {"names": _names(cell.source), "stores": _stores(cell.source),
                        "sha": hashlib.sha256(cell.source.encode()).hexdigest()}
             report = self._guard(f"pre {json.dumps(payload)}", index)
             if report is None or report.get("stage") != "pre":

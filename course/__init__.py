@@ -18,8 +18,9 @@ no import, inside functions included, closes a cycle):
   (03), ``replay`` and ``distributed`` (04), ``valgap`` (05), ``throughput`` (06), ``manifest``
   (07), ``generate`` (08), ``harness`` (09), ``amp`` (10).
 * ``course.bugs``: the catalogue of injectable bugs, one module per family.
-* ``course.exercises``: the exercise and grading machinery: ``mystery``, ``grading``,
-  ``isolation``, ``capstone`` and ``identity`` (11), ``record`` (the diagnosis record).
+* ``course.exercises``: the exercise and grading machinery: ``mystery``, ``sets`` (each notebook's
+  visible mysteries), ``grading``, ``isolation`` and ``pristine`` (what a graded call runs on),
+  ``capstone`` and ``identity`` (11), ``record`` (the diagnosis record).
 
 Re-exported here: ``IGNORE``, ``Batch``, ``MarkovLanguage``, ``ModelConfig``, ``TinyGPT``,
 ``Pipeline``. Everything else is imported by its full path (``from course.toolkit import checks``).

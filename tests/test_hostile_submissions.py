@@ -96,6 +96,12 @@ SHELL_HOOKS = {
                       False, ("shell.showtraceback (replaced on the instance)",
                               "shell.run_cell (replaced on the instance)",
                               "ZMQInteractiveShell.transform_cell (added to the class)")),
+    # code of the submission's that would run in the kernel during a test without being called by
+    # it, on the test's frames: a fork handler (inside every graded call's fork) and a thread of its own
+    "hook_fork_handler": ("import os\nos.register_at_fork(before=lambda: None)", True, "(a fork handler)"),
+    "hook_thread": ("import threading, time\ndef watch():\n    while True:\n        time.sleep(0.05)\n"
+                    "threading.Thread(target=watch, daemon=True).start()", True,
+                    "a thread running watch (started by the submission)"),
     # the guard's own pre_run_cell hook, wrapped: the wrapper tampers again after the guard checked
     "hook_guard_wrapped": (IP + "guard = ip.events.callbacks['pre_run_cell'][-1]\n"
                            "ip.events.unregister('pre_run_cell', guard)\ndef wrapper(info):\n    guard(info)\n"
@@ -113,7 +119,10 @@ HARMLESS_HOOKS = (IP + "ip.input_transformers_post.append(lambda lines: lines)\n
                   "def zero_handler(self, etype, value, tb, tb_offset=None):\n"
                   "    self.showtraceback((etype, value, tb), tb_offset=tb_offset)\n"
                   "ip.set_custom_exc((ZeroDivisionError,), zero_handler)\n"
-                  "import sys\nsys.settrace(lambda frame, event, arg: None)\n" + SQ)
+                  "import sys\nsys.settrace(lambda frame, event, arg: None)\n"
+                  # a garbage-collector callback and a signal handler: suspended while a test runs
+                  "import gc, signal\ngc.callbacks.append(lambda phase, info: None)\n"
+                  "signal.signal(signal.SIGUSR2, lambda *a: None)\n" + SQ)
 
 
 def toy_cases(root, port):

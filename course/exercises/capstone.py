@@ -406,7 +406,7 @@ def grading_draws(name: str, salt: str, n_broken: int = 2, n_healthy: int = 2,
     """(healthy, broken): ``n_healthy`` healthy draws of the base of ``name``'s family and
     ``n_broken`` fresh draws of ``name``'s bug, each with a configuration of its own (seeds from
     ``salt``): the cases a detector is graded on, besides the learner's own draw. Hidden draws
-    (``mystery.Hidden``): made only inside the graded call."""
+    (``mystery.Hidden``): made inside the graded call."""
     family, bug, _ = _choice(name, attempt)
     base = FAMILIES[family].base
     seeds = [_number(f"{name}|{salt}", attempt, f"grading {i}") % 1_000_000 for i in range(n_broken + n_healthy)]
@@ -419,8 +419,8 @@ def grading_draws(name: str, salt: str, n_broken: int = 2, n_healthy: int = 2,
 
 def fresh_draws(pipe: Pipeline, salt: str, n: int = 2) -> list[mystery.Hidden]:
     """``n`` fresh draws of ``pipe``'s bug on its family's base, configurations from ``salt``: the
-    draws a fix is graded on besides the learner's own. Hidden draws (``mystery.Hidden``): made only
-    inside the graded call."""
+    draws a fix is graded on besides the learner's own. Hidden draws (``mystery.Hidden``): made
+    inside the graded call (and by ``check_fix`` again in the kernel, after it)."""
     bug = mystery.reveal(pipe)
     base = FAMILIES[FAMILY_OF[bug]].base
     return [mystery.hidden(bug, _number(salt, i, "fix") % 1_000_000, base, salt=salt) for i in range(n)]

@@ -4,9 +4,11 @@ A mystery's answer (which bug a drawn pipeline carries) lives in the kernel that
 ``course.exercises.mystery`` has to remember it to grade. Hiding it behind a private name does not help, since
 code in the same interpreter can read anything there: a module's private registry, the garbage
 collector, the caller's frame, a closure's cells, the test cell's own source in IPython's history.
-So a test never calls a learner's ``detect`` / ``name_cause`` / ``fix`` in the kernel itself.
-``run_apart(fn, cases)`` forks the kernel, calling nothing but the primitives bound below until
-then, and, in the child, before any learner code runs:
+So no grade is decided from a call of a learner's ``detect`` / ``name_cause`` / ``fix`` in the
+kernel (``check_fix`` re-runs a fix there only to rebuild the pipeline it returned).
+``run_apart(fn, cases)`` forks the kernel, calling nothing until then but the primitives bound below
+(and whatever fork handlers ``os.fork`` runs: the grading kernel's guard voids a test when the
+submission registered one), and, in the child, before any learner code runs:
 
 0. **puts back** the package and the libraries it runs on as first imported
    (``course.exercises.pristine``), and says what it put back; only then reads the random state
@@ -74,6 +76,7 @@ _fork = getattr(os, "fork", None)
 _pipe, _read, _write, _close, _dup2 = os.pipe, os.read, os.write, os.close, os.dup2
 _exit_now, _kill, _getpid, _waitpid, _urandom = os._exit, os.kill, os.getpid, os.waitpid, os.urandom
 _select = select.select
+_TextIOWrapper, _FileIO = io.TextIOWrapper, io.FileIO
 _addaudithook, _getframe = sys.addaudithook, sys._getframe
 _Thread = threading.Thread
 _dumps, _loads = json.dumps, json.loads
@@ -542,7 +545,8 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
     answering (the message says how)."""
     # Until the fork, this process calls only primitives bound at import: code planted in anything
     # else (a random-state getter, IPython's accessor, a stream's flush) would run here with the
-    # test's cases on the stack. The random state, the shell and the warm-up are read in the child,
+    # test's cases on the stack. (os.fork runs the fork handlers registered with
+    # os.register_at_fork; the grading kernel's guard voids a test when the submission has one.) The random state, the shell and the warm-up are read in the child,
     # after it has put the package and the libraries back as first imported (``pristine``).
     cases = list(cases)
     off = tuple(off)
@@ -564,8 +568,8 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             _close(out_r)
             _dup2(out_w, 1)
             _dup2(out_w, 2)
-            stream = io.TextIOWrapper(io.FileIO(out_w, "w", closefd=False), line_buffering=True,
-                                      errors="replace")
+            stream = _TextIOWrapper(_FileIO(out_w, "w", closefd=False), line_buffering=True,
+                                    errors="replace")
             sys.stdout = sys.stderr = stream
             restored = _restore()  # before anything that is not a bound primitive runs here
             if restored:

@@ -26,7 +26,7 @@ read the answers of the visible draws; grading therefore always includes fresh d
 the test cell, with a salt the learner does not see.
 
 Grading a fix: ``touched(pipe)`` names the fields the bug lives in; ``check_fix`` applies a learner's
-``fix`` and insists that every other field is the same object, then hands the fixed pipeline to a
+``fix`` and insists that every other part is the same object and every other setting an equal plain value, then hands the fixed pipeline to a
 behavioural check (train it on fresh seeds, look at the symptom).
 """
 
@@ -328,10 +328,13 @@ class Hidden:
 
     The grading functions (``course.exercises.grading.assert_detector``, ``assert_names``,
     ``graded_calls``, ``check_fix``) take it wherever they take a drawn pipeline, and make the draw
-    only inside the graded call's sealed process (``course.exercises.isolation.run_apart``), after
-    that process has put the package and the libraries back as first imported: before the fork
-    no draw exists, so code planted in the kernel sees no pipeline and no registry entry, only
-    this record. The learner's function receives the drawn ``Pipeline``, never this record."""
+    inside the graded call's sealed process (``course.exercises.isolation.run_apart``), after that
+    process has put the package and the libraries back as first imported; ``check_fix`` makes it
+    again in the kernel after the graded call, to re-run the fix. Before the fork no draw exists and
+    the registry holds no entry for it: what exists is this record, whose fields (the bug
+    included) are plain data in the test cell, so no code of the submission's may run in the kernel
+    while the test does (the grading kernel's guard; README, "How grading is isolated"). The
+    learner's function receives the drawn ``Pipeline``, never this record."""
     answer: str
     seed: int
     base: Pipeline | None = None
@@ -348,14 +351,14 @@ class Hidden:
 
 def hidden_touched(draw: Hidden) -> tuple[str, ...]:
     """The fields a hidden draw's bug touched (``touched`` of its pipeline), for a test cell to
-    compare with what a graded call returned, after the call: the draw is made here for that and
-    stored nowhere."""
+    compare with what a graded call returned. The draw is made here, in the calling process, and
+    stored nowhere: call it after the graded call, never to build its expected answers."""
     return draw._course_realize()[1].touched
 
 
 def hidden(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -> Hidden:
-    """A hidden draw for a test cell: ``make``'s draw, made only where the learner's function is
-    graded (see ``Hidden``)."""
+    """A hidden draw for a test cell: ``make``'s draw, made where the learner's function is graded
+    (see ``Hidden``)."""
     return Hidden(answer, seed, base, salt)
 
 

@@ -486,15 +486,15 @@ assert_detector(lambda bv: fires(check_batch, *bv), _hidden_healthy,
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_types", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import Pipeline
-from course.bugs import inject
-from course.exercises.grading import assert_detector, fires
-from course.reference.train import batch_at
+from course import Pipeline as _Pipeline
+from course.bugs import inject as _inject
+from course.exercises.grading import assert_detector as _assert_detector, fires as _fires
+from course.reference.train import batch_at as _batch_at
 import course.toolkit.checks
-_hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
-_bank = {n: batch_at(inject(_hidden_pipe, n), 6, 0)
+_hidden_pipe = _Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
+_bank = {n: _batch_at(_inject(_hidden_pipe, n), 6, 0)
          for n in ("float-targets", "int32-inputs", "inputs-padded-with-ignore-index", "targets-one-short")}
-assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidden_pipe, 6, 0)}, _bank,
+_assert_detector(lambda b: _fires(check_batch, b, 10), {"healthy": _batch_at(_hidden_pipe, 6, 0)}, _bank,
                 what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 
@@ -504,15 +504,15 @@ assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidde
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_mask", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import Pipeline
-from course.bugs import inject
-from course.exercises.grading import assert_detector, fires
-from course.reference.train import batch_at
+from course import Pipeline as _Pipeline
+from course.bugs import inject as _inject
+from course.exercises.grading import assert_detector as _assert_detector, fires as _fires
+from course.reference.train import batch_at as _batch_at
 import course.toolkit.checks
-_hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
-_bank = {n: batch_at(inject(_hidden_pipe, n), 7, 0)
+_hidden_pipe = _Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
+_bank = {n: _batch_at(_inject(_hidden_pipe, n), 7, 0)
          for n in ("padding-scored", "targets-shifted-twice", "every-other-target-ignored")}
-assert_detector(lambda b: fires(check_batch, b, 10), {"healthy": batch_at(_hidden_pipe, 7, 0)}, _bank,
+_assert_detector(lambda b: _fires(check_batch, b, 10), {"healthy": _batch_at(_hidden_pipe, 7, 0)}, _bank,
                 what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 
@@ -603,8 +603,9 @@ for name in ["reference", "lr-zero", "requires-grad-off", "targets-shifted-twice
 # %% [markdown]
 # ## Exercise 3: debug the mystery pipelines
 #
-# Three parts, each graded on the fourteen pipelines above and on fresh, hidden draws: other seeds,
-# learning rates, language sizes, and bugs of the same families that you have not seen here.
+# Three parts, graded on the pipelines above (the test and the cause on all fourteen, the fix on one)
+# and on fresh, hidden draws: other seeds, learning rates, language sizes, and bugs of the same
+# families that you have not seen here.
 #
 # Two tools are given (they are the scaffolding, not the answer): `one_step(pipe, seed)` builds a
 # fresh run and takes one real training step, and `logits_at(model, ids, start)` returns a model's
@@ -709,9 +710,9 @@ _answers = {name: mystery.reveal(p) for name, p in _mysteries.items()}
 assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, what="detect", off=_OFF)
 ### BEGIN HIDDEN TESTS
-from course import Pipeline
+from course import Pipeline as _Pipeline
 _small = SETS["01_baselines"].base
-_tiny = Pipeline(n_symbols=6, seq_len=12, batch_size=16, steps=100, n_train=512, n_val=64, warmup=10)
+_tiny = _Pipeline(n_symbols=6, seq_len=12, batch_size=16, steps=100, n_train=512, n_val=64, warmup=10)
 _h_healthy = {f"hidden healthy {i}": mystery.hidden("healthy", i, _b, salt="h-01-d3t")
               for i, _b in enumerate((_small, _small, _tiny, _tiny))}
 _h_broken = {f"hidden broken {i}": mystery.hidden(_bug, i, _b, salt="h-01-d3t")
@@ -798,21 +799,21 @@ assert_names(name_cause, {f"fresh draw {i}": (mystery.hidden(b, 300 + i, _SET.ba
 ### BEGIN HIDDEN TESTS
 import course.reference.diagnose
 import course.toolkit.checks
-from course import Pipeline
-from course.exercises import mystery
-from course.exercises.grading import assert_names
-from course.exercises.sets import SETS
+from course import Pipeline as _Pipeline
+from course.exercises import mystery as _mystery
+from course.exercises.grading import assert_names as _assert_names
+from course.exercises.sets import SETS as _SETS
 
-_SET = SETS["01_baselines"]
+_SET = _SETS["01_baselines"]
 _OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, course.toolkit.checks.position_sensitivity,
         course.toolkit.checks.past_sensitivity, course.toolkit.checks.future_sensitivity, course.reference.diagnose.held_out_symptom,
-        mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
-_tiny = Pipeline(n_symbols=6, seq_len=12, batch_size=16, steps=100, n_train=512, n_val=64, warmup=10)
+        _mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched)  # switched off while your code runs
+_tiny = _Pipeline(n_symbols=6, seq_len=12, batch_size=16, steps=100, n_train=512, n_val=64, warmup=10)
 _h_cases = {}
 for _i, _bug in enumerate(sorted(dict(_SET.causes))):
-    _p = mystery.hidden(_bug, 100 + _i, _tiny if _i % 2 else _SET.base, salt="h-01-n4m")
+    _p = _mystery.hidden(_bug, 100 + _i, _tiny if _i % 2 else _SET.base, salt="h-01-n4m")
     _h_cases[f"hidden draw {_i}"] = (_p, _SET.cause(_bug))
-assert_names(name_cause, _h_cases, what="name_cause", off=_OFF)
+_assert_names(name_cause, _h_cases, what="name_cause", off=_OFF)
 ### END HIDDEN TESTS
 
 # %% [markdown]

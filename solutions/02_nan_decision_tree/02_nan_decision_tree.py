@@ -567,16 +567,16 @@ assert_names(first_nonfinite_stage, {
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_forward", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import Pipeline
-from course.bugs import inject
+from course import Pipeline as _Pipeline
+from course.bugs import inject as _inject
 import course.toolkit.nonfinite as _nf
 import course.reference.diagnose as _diag
 from course.exercises.grading import assert_names as _assert_names
-_small = Pipeline(n_symbols=8, seq_len=12, n_train=512, data_seed=7)
+_small = _Pipeline(n_symbols=8, seq_len=12, n_train=512, data_seed=7)
 _cases = {"reference": _small,
-          "attention-scale-inf": inject(_small, "attention-scale-inf"),
-          "loss-scaled-in-fp16": inject(_small, "loss-scaled-in-fp16"),
-          "inputs-padded-with-ignore-index": inject(_small.replace(min_len=4), "inputs-padded-with-ignore-index")}
+          "attention-scale-inf": _inject(_small, "attention-scale-inf"),
+          "loss-scaled-in-fp16": _inject(_small, "loss-scaled-in-fp16"),
+          "inputs-padded-with-ignore-index": _inject(_small.replace(min_len=4), "inputs-padded-with-ignore-index")}
 _expected = {}
 for _k, _p in _cases.items():
     _f = _diag.locate(_p, steps=5, seed=3)
@@ -593,17 +593,17 @@ _assert_names(lambda c: first_nonfinite_stage(c[0], 5, c[1]),
 # %% nbgrader={"grade": true, "grade_id": "test_first_stage_updates", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import Pipeline
-from course.bugs import inject
+from course import Pipeline as _Pipeline
+from course.bugs import inject as _inject
 import course.toolkit.nonfinite as _nf
 import course.reference.diagnose as _diag
 from course.exercises.grading import assert_names as _assert_names
 from course.reference.model import ModelConfig as _ModelConfig
-_smaller = Pipeline(seq_len=16, model=_ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=2, d_mlp=96),
+_smaller = _Pipeline(seq_len=16, model=_ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=2, d_mlp=96),
                     batch_size=32, n_train=1024)
 _cases = {"reference": _smaller.replace(lr=3e-2),
-          "adam-eps-zero": inject(_smaller, "adam-eps-zero"),
-          "lr-sign-typo": inject(_smaller, "lr-sign-typo")}
+          "adam-eps-zero": _inject(_smaller, "adam-eps-zero"),
+          "lr-sign-typo": _inject(_smaller, "lr-sign-typo")}
 _expected = {}
 for _k, _p in _cases.items():
     _f = _diag.locate(_p, steps=20, seed=1)
@@ -796,7 +796,7 @@ from course.reference.diagnose import finite_and_falling
 
 def fix_symptom(p, seed=101):
     """The symptom check for a fixed pipeline: None if training it for `HORIZON` steps stays finite
-    and the loss falls by 0.1, else the problem (`finite_and_falling`, which the tests call)."""
+    and the loss falls by more than 0.1, else the problem (`finite_and_falling`, which the tests call)."""
     return finite_and_falling(p, seed, steps=HORIZON)
 
 # %% nbgrader={"grade": false, "grade_id": "mystery_fix", "locked": false, "schema_version": 3, "solution": true}

@@ -461,7 +461,7 @@ assert_detector(detect, {"a fresh healthy draw": _mystery.hidden("healthy", 71, 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-from course import Pipeline
+from course import Pipeline as _Pipeline
 from course.exercises import mystery as _mystery
 from course.toolkit.checks import update_report as _update_report
 from course.exercises.grading import assert_detector
@@ -470,7 +470,7 @@ from course.toolkit.preflight import preflight as _preflight
 from course.reference.diagnose import preflight_pipeline as _preflight_pipeline
 
 _OFF = (_preflight, _preflight_pipeline, _update_report, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
-_BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
+_BASE = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
 _healthy = {f"healthy draw {s}": _mystery.hidden("healthy", s, _BASE, salt="h-03-d7c") for s in (1, 2, 3)}
 _broken = {n: _mystery.hidden(n, 4, _BASE, salt="h-03-d7c")
            for n in ("lr-zero", "clip-to-zero", "requires-grad-off", "optimizer-on-stale-model", "zero-grad-forgotten")}
@@ -525,7 +525,7 @@ _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1
 _NAMES = ("healthy", "zero-grad-forgotten", "loss-broadcast", "embedding-not-in-optimizer", "missing-step")
 assert_names(name_cause, {f"a draw of {n}": (_mystery.make(n, 21, _BASE), n) for n in _NAMES}, what="name_cause", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_cases = {f"hidden draw {i} ({n})": (_mystery.hidden(n, 30 + i, _BASE, salt="h-03-c5a"), n) for i, n in enumerate(_NAMES * 2)}
+_cases = {f"hidden draw {i}": (_mystery.hidden(n, 30 + i, _BASE, salt="h-03-c5a"), n) for i, n in enumerate(_NAMES * 2)}
 assert_names(name_cause, _cases, what="name_cause", off=_OFF)
 ### END HIDDEN TESTS
 
@@ -683,23 +683,23 @@ for _ex, _tpl, _want in _cases:
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_pipelines", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import torch
+import torch as _torch
 
-from course import Pipeline
-from course.lessons.sft import Template, examples_at
-from course.reference.train import batch_at
+from course import Pipeline as _Pipeline
+from course.lessons.sft import Template as _Template, examples_at as _examples_at
+from course.reference.train import batch_at as _batch_at
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
 from course.exercises.grading import captured_warnings, switched_off
 _cases = []
-for _tpl, _seed in ((Template(user=(0, 1), assistant=(2, 3)), 5), (Template(user=(9,), assistant=(8, 7, 6)), 6)):
-    _p = _sft.sft_pipeline(Pipeline(n_train=512), _tpl, min_len=6)  # a small training set: cheaper windows, same batches' shape
-    _ex = examples_at(_p, _seed, 1)
-    _cases.append((_ex, _tpl, batch_at(_p, _seed, 1)))
+for _tpl, _seed in ((_Template(user=(0, 1), assistant=(2, 3)), 5), (_Template(user=(9,), assistant=(8, 7, 6)), 6)):
+    _p = _sft.sft_pipeline(_Pipeline(n_train=512), _tpl, min_len=6)  # a small training set: cheaper windows, same batches' shape
+    _ex = _examples_at(_p, _seed, 1)
+    _cases.append((_ex, _tpl, _batch_at(_p, _seed, 1)))
 for _ex, _tpl, _want in _cases:
     with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
         _got = collate_sft(_ex, _tpl, _p.language().PAD, _p.language().EOS)
-    assert torch.equal(_got.inputs, _want.inputs) and torch.equal(_got.targets, _want.targets), \
+    assert _torch.equal(_got.inputs, _want.inputs) and _torch.equal(_got.targets, _want.targets), \
         f"wrong batch for a pipeline with template {_tpl}: compare the row lengths, the padding and the ignored targets"
 ### END HIDDEN TESTS
 
@@ -778,11 +778,11 @@ assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS),
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
-import torch
+import torch as _torch
 
-from course import IGNORE
-from course.lessons.sft import Template
-from course.toolkit.batch import Batch
+from course import IGNORE as _IGNORE
+from course.lessons.sft import Template as _Template
+from course.toolkit.batch import Batch as _Batch
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
 from course.toolkit.batch import next_token_batch as _ntb, pad_sequences as _pad
@@ -790,24 +790,24 @@ from course.exercises.grading import assert_detector, fires
 
 
 def _bank(tpl, seed):
-    g = torch.Generator().manual_seed(seed)
-    ex = [(torch.randint(0, 12, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g),
-           torch.randint(0, 12, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g)) for _ in range(6)]
+    g = _torch.Generator().manual_seed(seed)
+    ex = [(_torch.randint(0, 12, (int(_torch.randint(1, 6, (1,), generator=g)),), generator=g),
+           _torch.randint(0, 12, (int(_torch.randint(1, 6, (1,), generator=g)),), generator=g)) for _ in range(6)]
     good = _sft.collate_sft(ex, tpl, 13, 14)
-    everything = _ntb(_pad([torch.cat([tpl.context(p), a]) for p, a in ex], 13, 14), 13)  # every target scored
+    everything = _ntb(_pad([_torch.cat([tpl.context(p), a]) for p, a in ex], 13, 14), 13)  # every target scored
     ctx = [len(tpl.context(p)) for p, _ in ex]
     ends = [len(tpl.context(p)) + len(a) for p, a in ex]  # target index of the EOS
     def variant(edit):
         t = good.targets.clone()
         for i in range(len(ex)):
             edit(t, i)
-        return Batch(good.inputs.clone(), t, 13)
+        return _Batch(good.inputs.clone(), t, 13)
     broken = {
         "prefix scored": variant(lambda t, i: t[i].__setitem__(slice(0, ctx[i] - 1), everything.targets[i, : ctx[i] - 1])),
         "last prompt target scored": variant(lambda t, i: t[i].__setitem__(ctx[i] - 2, everything.targets[i, ctx[i] - 2])),
-        "first answer token ignored": variant(lambda t, i: t[i].__setitem__(ctx[i] - 1, IGNORE)),
+        "first answer token ignored": variant(lambda t, i: t[i].__setitem__(ctx[i] - 1, _IGNORE)),
         "EOS target is padding": variant(lambda t, i: t[i].__setitem__(ends[i] - 1, 13)),
-        "padding scored": Batch(good.inputs, torch.where(good.inputs.roll(-1, 1) == 13, torch.full_like(good.targets, 13), good.targets), 13),
+        "padding scored": _Batch(good.inputs, _torch.where(good.inputs.roll(-1, 1) == 13, _torch.full_like(good.targets, 13), good.targets), 13),
         # the layout right, the values wrong: only a gate that compares the targets themselves sees these
         "answer targets not shifted": variant(lambda t, i: t[i].__setitem__(slice(ctx[i] - 1, ends[i] - 1),
                                                                             good.inputs[i, ctx[i] - 1: ends[i] - 1])),
@@ -816,12 +816,12 @@ def _bank(tpl, seed):
         "answer targets all one token": variant(lambda t, i: t[i].__setitem__(slice(ctx[i] - 1, ends[i] - 1), 12)),
     }
     for name, b in broken.items():
-        assert not torch.equal(b.targets, good.targets), f"grader: the variant {name!r} equals the healthy batch"
+        assert not _torch.equal(b.targets, good.targets), f"grader: the variant {name!r} equals the healthy batch"
     return (good, ex, tpl), {k: (b, ex, tpl) for k, b in broken.items()}
 
 
 _healthy, _broken = {}, {}
-for _k, (_tpl, _seed) in enumerate(((Template(user=(0, 1), assistant=(2,)), 21), (Template(user=(9, 9), assistant=(3, 4, 5)), 22))):
+for _k, (_tpl, _seed) in enumerate(((_Template(user=(0, 1), assistant=(2,)), 21), (_Template(user=(9, 9), assistant=(3, 4, 5)), 22))):
     _h, _b = _bank(_tpl, _seed)
     _healthy[f"template {_k}"] = _h
     _broken.update({f"{n} (template {_k})": c for n, c in _b.items()})

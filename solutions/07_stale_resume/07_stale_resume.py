@@ -253,7 +253,8 @@ def _check_diff(old, new, label):
         got = _normal(manifest_diff(old, new))
     assert got == want, f"{label}: you returned {got}; compare every entry of each component, in both directions"
 
-# the notebook's _OLD run and its two manifests, built here
+# the notebook's OLD pipeline and its manifests a and b, built here (labels in place of its run
+# directories: they change only the manifests' run block, which the diff ignores)
 _OLD = _inject(_Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
                                    n_train=2048, n_val=64, batch_size=16, steps=200, lr=1e-2, warmup=10), "stale-lr-resume")
 _manifest_a = _manifest.manifest(_OLD, 0, 200, "yesterday")

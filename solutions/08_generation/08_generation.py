@@ -269,10 +269,10 @@ for name, (t1, t05, g) in chain_table.items():
 
 # %% [markdown]
 # Most bugs are far off. Three are not: the position offset costs about 0.1 nats per token here
-# (1.022 against the healthy 0.918 at T = 1, 0.434 against 0.328 greedy; the chain's transitions do
-# not depend on absolute position, and this model's predictions apparently depend little on it), and
-# the two temperature bugs, `temperature-after-softmax` and `temperature-multiplied`, score exactly
-# like the healthy generator at T = 1 (0.918) and in greedy text (0.328): only T = 0.5 shows them. A likelihood screen catches gross failures; the consistency tests above catch the quiet ones.
+# (its row against the healthy one, at T = 1 and greedy; the chain's transitions do not depend on
+# absolute position, and this model's predictions apparently depend little on it), and the two
+# temperature bugs, `temperature-after-softmax` and `temperature-multiplied`, score exactly like the
+# healthy generator at T = 1 and in greedy text: only T = 0.5 shows them. A likelihood screen catches gross failures; the consistency tests above catch the quiet ones.
 #
 # ## Greedy loops more often than sampling
 #
