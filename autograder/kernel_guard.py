@@ -594,13 +594,16 @@ def install(shell) -> None:
         return held
 
     def free_stored(stores):
-        """Drop the old values of the names the test will assign, and collect garbage, now: a
-        finalizer of the submission's (``__del__``, ``weakref.finalize``) then runs here, not on the
-        test's frames when the test rebinds the name."""
+        """Drop the old values of the names the test will assign now, and freeze the garbage
+        collector's generations until the test ends: a finalizer of the submission's (``__del__``,
+        ``weakref.finalize``) then runs here, when its object is freed by the drop, or after the
+        test, when the frozen objects are collected; never on the test's frames. (Objects the test
+        itself allocates are collected as usual.)"""
         for k in stores:
             if k in user_ns and not isinstance_(user_ns[k], types.ModuleType) and k not in ("In", "Out", "get_ipython"):
                 del user_ns[k]
-        gc.collect()
+        gc.collect(1)
+        gc.freeze()
 
     def stack_problems(f):
         """Every frame from run_cell_async up to the kernel's do_execute is IPython's/ipykernel's."""
@@ -713,6 +716,7 @@ def install(shell) -> None:
         saved, added = container_check(True)
         report = {"stage": "post", "changed": changed() + path_check(True) + traced() + side_hooks(True) +
                   [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()}
+        gc.unfreeze()
         for n, h in state.pop("signals", {}).items():
             try:
                 signal_mod.signal(n, h)

@@ -236,14 +236,20 @@ def _sweep_hooks(rec, fix, out) -> None:
 def _recorder():
     """``record``, ``sweep`` and ``recorded``, sharing records that no module attribute holds."""
     modules_done, functions, hooks = [], [], []
-    names, seen_fn, seen_cls, hooked = set(), set(), set(), set()
+    names, seen_fn, seen_cls, hooked, passed = set(), set(), set(), set(), set()
 
     def record() -> int:
         """Record every wanted, fully imported module not recorded yet; how many were new."""
         new = 0
+        if _len(_modules) == _len(names) + _len(passed):
+            return 0  # (a cheap test: sys.modules only grows, save a deleted entry)
         for name, module in list(_modules.items()):
-            if name in names or not _isinstance(module, _ModuleType) or not wanted(name) \
-                    or _getattr(_getattr(module, "__spec__", None), "_initializing", False):
+            if name in names or name in passed:
+                continue
+            if not _isinstance(module, _ModuleType) or not wanted(name):
+                passed.add(name)
+                continue
+            if _getattr(_getattr(module, "__spec__", None), "_initializing", False):
                 continue
             names.add(name)
             modules_done.append(_module_record(name, module, seen_fn, seen_cls, functions))
