@@ -126,4 +126,69 @@ def _cases() -> list:
     return out
 
 
-CASES = _cases()
+# The red team's route (a second pass, issue 31): the bug catalogue is data, and a draw dispatches
+# through it. Each entry is wrapped to record the bug it applies, keyed by the very float object the
+# draw carries as its learning rate, and a broken collator's batches are tagged; the answers then
+# read what was recorded, doing no work. 01 only (one more submission).
+REGISTRY_PLANT = '''
+
+import dataclasses as _rt_dc
+import course.bugs.registry as _rt_reg
+from course.exercises import mystery as _rt_m
+from course.exercises.sets import SETS as _RT_SETS
+from course.reference.pipeline import prepare_model as _rt_prepare
+from course.toolkit.batch import next_token_batch as _rt_ntb
+
+_RT_SEEN, _RT_TAGGED = {}, {}
+
+
+def _rt_tagging(real_collate):
+    def collate(windows, pad_id):
+        b = real_collate(windows, pad_id)
+        _RT_TAGGED[id(b)] = b
+        return b
+    return collate
+
+
+def _rt_wrap(name, real):
+    def apply(pipe):
+        _RT_SEEN[id(pipe.lr)] = (pipe.lr, name)
+        broken = real(pipe)
+        if broken.collate is not pipe.collate:
+            broken = _rt_dc.replace(broken, collate=_rt_tagging(broken.collate))
+        return broken
+    return apply
+
+
+for _n, _b in list(_rt_reg._REGISTRY.items()):
+    _rt_reg._REGISTRY[_n] = _rt_reg.Bug(_b.name, _b.family, _b.symptom, _b.doc, _rt_wrap(_n, _b.apply))
+_RT_CAUSE = dict(_RT_SETS["01_baselines"].causes)
+_RT_TOUCHED = {n: _rt_m.touched(_rt_m.make(n, 0, _RT_SETS["01_baselines"].base, salt="rt")) for n in _RT_CAUSE if n != "healthy"}
+_RT_SEEN.clear()
+_RT_REF = {"collate": _rt_ntb, "prepare": _rt_prepare}
+
+
+def _rt_answer(pipe):
+    hit = _RT_SEEN.get(id(pipe.lr))
+    return hit[1] if hit is not None and hit[0] is pipe.lr else "healthy"
+
+
+def check_batch(batch, vocab_size):  # work-free: batches tagged at birth
+    if _RT_TAGGED.get(id(batch)) is batch:
+        raise ValueError("this batch breaks the contract")
+'''
+
+
+def _registry_case() -> list:
+    a = "01_baselines"
+    if not (SOLUTIONS / a / f"{a}.ipynb").exists():
+        return []
+    edits = _append(a, {
+        "check_batch": REGISTRY_PLANT,
+        "detect": "\n\ndef detect(pipe, seed=0):  # work-free\n    return _rt_answer(pipe) != 'healthy'\n",
+        "name_cause": "\n\ndef name_cause(pipe, seed=0):  # work-free\n    return _RT_CAUSE.get(_rt_answer(pipe), 'healthy')\n",
+        "fix": "\n\ndef fix(pipe):  # work-free\n    return pipe.replace(**{f: _RT_REF[f] for f in _RT_TOUCHED.get(_rt_answer(pipe), ()) if f in _RT_REF})\n"})
+    return [Case(a, "planted_registry_01", edits, lost_cells(a, {"check_batch", "detect", "name_cause", "fix"}))]
+
+
+CASES = _cases() + _registry_case()

@@ -226,3 +226,31 @@ def test_pristine_puts_back_what_was_planted_and_reports_nothing_after_a_real_ru
     assert inspect.Signature.__dict__["from_callable"].__func__ is real.__func__
     assert pristine.changed() == []
     handle.remove()
+
+
+def test_a_wrapped_bug_in_the_catalogue_is_put_back_and_sees_no_hidden_draw(planted):
+    # the red team's route: the catalogue is data, and a draw dispatches through it
+    import dataclasses
+
+    import course.bugs.registry as registry
+    pristine.changed()  # the catalogue recorded before anything is planted (as the guard does at kernel start)
+    seen = []
+
+    def wrapping(name, bug):
+        def apply(pipe):
+            seen.append(name)
+            return bug.apply(pipe)
+        return dataclasses.replace(bug, apply=apply)
+    originals = dict(registry._REGISTRY)
+    registry._REGISTRY.update({n: wrapping(n, b) for n, b in originals.items()})
+    object.__setattr__(originals["lr-zero"], "doc", "changed in place")
+    mystery.make("lr-zero", 2, SMALL, salt="t-control")
+    assert "lr-zero" in seen, "the control: a draw made here runs the wrapped bug"
+    seen.clear()
+    healthy, broken = _cases()
+    got = grading.graded_calls(lambda p: len(seen), list(healthy.values()) + list(broken.values()))
+    assert got == [0, 0], "the hidden draws ran a wrapped bug of the catalogue"
+    report = pristine.restore()
+    assert any("_REGISTRY (its contents changed)" in r for r in report), report
+    assert any("a Bug's fields" in r for r in report), report
+    assert registry._REGISTRY == originals and registry._REGISTRY["lr-zero"].doc != "changed in place"

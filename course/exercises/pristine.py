@@ -25,7 +25,10 @@ as it is then (outside the grading kernel, that may be after learner code ran). 
   ``__kwdefaults__``, and the cells of its closure that held a callable (the function a wrapper
   wraps; a closure's own counters and flags change legitimately and are left alone);
 * the contents of torch's global hook registries (``GLOBAL_HOOKS``): a global forward hook or
-  optimizer hook registered beforehand would run inside every draw and every check.
+  optimizer hook registered beforehand would run inside every draw and every check;
+* for the data modules (``DATA_MODULES``: the bug catalogue, the notebooks' mystery sets): the
+  contents of every module-level dict and list, and the fields of the objects in them (a ``Bug``
+  whose ``apply`` was wrapped, a registry entry replaced): a draw dispatches through them.
 
 A change whose new value is a function of a library's own files (site-packages or the standard
 library, not ``course`` and not a notebook) is a library's doing and is kept: torch wraps
@@ -66,6 +69,10 @@ GLOBAL_HOOKS = tuple(("torch.nn.modules.module", f"_global_{kind}") for kind in 
     "forward_hooks_always_called", "forward_hooks_with_kwargs")) + \
     (("torch.optim.optimizer", "_global_optimizer_pre_hooks"), ("torch.optim.optimizer", "_global_optimizer_post_hooks"))
 
+# Modules whose module-level dicts and lists are data a draw or a test is built from (the bug
+# catalogue, the notebooks' mystery sets): their contents, and the fields of the objects in them,
+# are recorded and put back too.
+DATA_MODULES = ("course.bugs", "course.bugs.", "course.exercises.sets")
 _SHADOWS = frozenset(vars(builtins)) | {"__getattr__", "__dir__"}
 _FunctionType, _ModuleType, _CodeType = types.FunctionType, types.ModuleType, types.CodeType
 _isinstance, _type, _id, _callable, _setattr, _delattr = isinstance, type, id, callable, setattr, delattr
@@ -193,6 +200,48 @@ def _sweep_module(rec, fix, out, missing) -> None:
                     _delattr(klass, key)
 
 
+def _data_record(name, module) -> tuple:
+    """(container, its items, ((member, its __dict__ items), ...)) for each module-level dict or
+    list of a data module."""
+    out = []
+    for key, value in list(module.__dict__.items()):
+        if _type(value) is dict:
+            items = _tuple(value.items())
+            members = [v for _, v in items]
+        elif _type(value) is list:
+            items = _tuple(value)
+            members = list(items)
+        else:
+            continue
+        fields = _tuple((m, _tuple(m.__dict__.items())) for m in members
+                        if _hasattr(m, "__dict__") and not _isinstance(m, (type, _ModuleType, _FunctionType)))
+        out.append((f"{name}.{key}", value, items, fields))
+    return _tuple(out)
+
+
+def _sweep_data(rec, fix, out) -> None:
+    label, container, items, fields = rec
+    now = _tuple(container.items()) if _type(container) is dict else _tuple(container)
+    if _len(now) != _len(items) or any((a[0] != b[0] or a[1] is not b[1]) if _type(container) is dict else a is not b
+                                       for a, b in zip(now, items)):
+        out.append(f"{label} (its contents changed)")
+        if fix:
+            if _type(container) is dict:
+                container.clear()
+                container.update(items)
+            else:
+                container[:] = items
+    for member, want in fields:
+        have = member.__dict__
+        if _len(have) != _len(want) or any(have.get(k, out) is not v for k, v in want):
+            out.append(f"{label}: a {_type(member).__name__}'s fields (changed)")
+            if fix:
+                for k in [k for k in have if k not in dict(want)]:
+                    object.__delattr__(member, k)
+                for k, v in want:
+                    object.__setattr__(member, k, v)
+
+
 def _sweep_function(rec, fix, out, missing) -> None:
     fn, code, defaults, kwdefaults, cells = rec
     where = f"{fn.__module__}.{fn.__qualname__}"
@@ -235,13 +284,13 @@ def _sweep_hooks(rec, fix, out) -> None:
 
 def _recorder():
     """``record``, ``sweep`` and ``recorded``, sharing records that no module attribute holds."""
-    modules_done, functions, hooks = [], [], []
-    names, seen_fn, seen_cls, hooked, passed = set(), set(), set(), set(), set()
+    modules_done, functions, hooks, data = [], [], [], []
+    names, seen_fn, seen_cls, hooked, passed, data_done = set(), set(), set(), set(), set(), set()
 
     def record() -> int:
         """Record every wanted, fully imported module not recorded yet; how many were new."""
         new = 0
-        if _len(_modules) == _len(names) + _len(passed):
+        if _len(_modules) == _len(names) + _len(passed) and not (data_names() - data_done):
             return 0  # (a cheap test: sys.modules only grows, save a deleted entry)
         for name, module in list(_modules.items()):
             if name in names or name in passed:
@@ -253,6 +302,14 @@ def _recorder():
                 continue
             names.add(name)
             modules_done.append(_module_record(name, module, seen_fn, seen_cls, functions))
+        for name in sorted(names - data_done):  # data once its package has finished importing (the
+            if not any(name == m or (m.endswith(".") and name.startswith(m)) for m in DATA_MODULES):
+                continue  # catalogue fills its registry as the package imports its families)
+            package = _modules.get(name.split(".")[0] + "." + name.split(".")[1]) if name.count(".") else None
+            if package is None or _getattr(_getattr(package, "__spec__", None), "_initializing", False):
+                continue
+            data_done.add(name)
+            data.extend(_data_record(name, _modules[name]))
             new += 1
         for module_name, attr in GLOBAL_HOOKS:
             owner = _modules.get(module_name)
@@ -261,6 +318,9 @@ def _recorder():
                 hooked.add((module_name, attr))
                 hooks.append((f"{module_name}.{attr}", owner, attr, registry, _tuple(registry.items())))
         return new
+
+    def data_names() -> set:
+        return {n for n in names if any(n == m or (m.endswith(".") and n.startswith(m)) for m in DATA_MODULES)}
 
     def sweep(fix: bool) -> list:
         record()
@@ -271,6 +331,8 @@ def _recorder():
             _sweep_function(rec, fix, out, missing)
         for rec in hooks:
             _sweep_hooks(rec, fix, out)
+        for rec in data:
+            _sweep_data(rec, fix, out)
         return out
 
     def recorded() -> tuple:
