@@ -205,6 +205,8 @@ def _data_record(name, module) -> tuple:
     list of a data module."""
     out = []
     for key, value in list(module.__dict__.items()):
+        if key.startswith("__"):  # __builtins__ and the like: the interpreter's, not the catalogue's
+            continue
         if _type(value) is dict:
             items = _tuple(value.items())
             members = [v for _, v in items]
