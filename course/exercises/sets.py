@@ -35,6 +35,10 @@ class MysterySet:
 
 
 _TINY_MODEL = ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64)
+_TINY_DROPOUT_MODEL = ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1)
+# notebook 10's BASE: both its mysteries draw on it
+_AMP_BASE = Pipeline().replace(n_symbols=8, seq_len=16, model=_TINY_MODEL, n_train=512, n_val=64, batch_size=16,
+                               steps=20, lr=1e-2, warmup=5)
 
 SETS = {
     "01_baselines": MysterySet(
@@ -57,9 +61,7 @@ SETS = {
     "05_validation_gap": MysterySet(
         candidates=("healthy", "eval-label-smoothing", "dropout-left-on-in-eval", "train-set-too-small",
                     "val-from-another-source", "val-overlaps-train"),
-        base=Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64,
-                                                              dropout=0.1),
-                                n_train=2048, n_val=256, batch_size=16, steps=45, lr=3e-2, warmup=10),
+        base=Pipeline().replace(seq_len=16, model=_TINY_DROPOUT_MODEL, n_train=2048, n_val=256, batch_size=16, steps=45, lr=3e-2, warmup=10),
         seeds=(1, 2, 6, 7, 9, 10, 11)),
     "06_throughput": MysterySet(
         candidates=("healthy", "sync-checkpoint-every-k", "eval-every-step", "item-per-parameter-logging",
@@ -70,9 +72,7 @@ SETS = {
     "07_stale_resume": MysterySet(
         candidates=("healthy", "stale-lr-resume", "optimizer-state-dropped", "scheduler-dropped", "rng-dropped",
                     "data-cursor-reset"),
-        base=Pipeline().replace(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64,
-                                                              dropout=0.1),
-                                n_train=1024, n_val=64, batch_size=16, steps=40, lr=1e-2, warmup=5),
+        base=Pipeline().replace(seq_len=16, model=_TINY_DROPOUT_MODEL, n_train=1024, n_val=64, batch_size=16, steps=40, lr=1e-2, warmup=5),
         seeds=(1, 2, 6, 7, 9, 10, 11)),
     "08_generation": MysterySet(
         candidates=("healthy", "causal-mask-off", "kv-cache-position-offset", "kv-cache-not-appended",
@@ -87,12 +87,10 @@ SETS = {
         seeds=(1, 2, 3, 6, 10, 11, 13, 19)),
     "10_amp_memory/fp16": MysterySet(
         candidates=("healthy", "logit-temperature", "mlp-weights-scaled", "lr-hundredfold"),
-        base=Pipeline().replace(n_symbols=8, seq_len=16, model=_TINY_MODEL, n_train=512, n_val=64, batch_size=16,
-                                steps=20, lr=1e-2, warmup=5),
+        base=_AMP_BASE,
         seeds=(1, 2, 3, 6, 7, 10), label="fp16 mystery {}"),
     "10_amp_memory/leak": MysterySet(
         candidates=("healthy", "loss-kept-with-graph", "monitor-kept-with-graph"),
-        base=Pipeline().replace(n_symbols=8, seq_len=16, model=_TINY_MODEL, n_train=512, n_val=64, batch_size=16,
-                                steps=20, lr=1e-2, warmup=5),
+        base=_AMP_BASE,
         seeds=(1, 2, 3, 5, 9, 10)),
 }
