@@ -162,6 +162,17 @@ def _module_record(name, module, seen_fn, seen_cls, functions) -> tuple:
     return (name, module, _type(module), entries, frozenset(module.__dict__), _tuple(classes))
 
 
+def _put_back(have, entries, prefix, why, setter, out, missing) -> None:
+    """Name (and with a ``setter``, put back) each recorded entry that ``have`` no longer holds,
+    unless a library's own code replaced it."""
+    for key, value in entries:
+        now = have.get(key, missing)
+        if now is not value and not _library(now):
+            out.append(f"{prefix}{key}{why}")
+            if setter is not None:
+                setter(key, value)
+
+
 def _sweep_module(rec, fix, out, missing) -> None:
     name, module, cls, entries, keys, classes = rec
     if _modules.get(name) is not module:
@@ -173,12 +184,7 @@ def _sweep_module(rec, fix, out, missing) -> None:
         if fix:
             module.__class__ = cls
     d = module.__dict__
-    for key, value in entries:
-        now = d.get(key, missing)
-        if now is not value and not _library(now):
-            out.append(f"{name}.{key} (replaced)")
-            if fix:
-                d[key] = value
+    _put_back(d, entries, f"{name}.", " (replaced)", d.__setitem__ if fix else None, out, missing)
     for key in _SHADOWS.intersection(d).difference(keys):
         if not _library(d[key]):
             out.append(f"{name}.{key} (added)")
@@ -186,12 +192,8 @@ def _sweep_module(rec, fix, out, missing) -> None:
                 del d[key]
     for klass, members in classes:
         have = klass.__dict__
-        for key, value in members:
-            now = have.get(key, missing)
-            if now is not value and not _library(now):
-                out.append(f"{name}.{klass.__qualname__}.{key} (replaced in the class)")
-                if fix:
-                    _setattr(klass, key, value)
+        _put_back(have, members, f"{name}.{klass.__qualname__}.", " (replaced in the class)",
+                  (lambda k, v, klass=klass: _setattr(klass, k, v)) if fix else None, out, missing)
         if _len(have) != _len(members):
             known = {key for key, _ in members}
             for key in [k for k in have if k not in known and _code(have[k]) and not _library(have[k])]:
