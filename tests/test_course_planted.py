@@ -209,8 +209,15 @@ def test_pristine_puts_back_what_was_planted_and_reports_nothing_after_a_real_ru
 
     import torch
 
+    from course import bugs
     from course.reference.train import train
+    pristine.changed()  # recorded first, as the guard records at kernel start
     train(SMALL, steps=2, seed=0, eval_every=0)  # a real run: torch's own wrappers are not blamed
+    for b in bugs.catalogue():  # nor a bug's own doing (a cache it fills was blamed once)
+        try:
+            train(bugs.inject(SMALL, b.name), steps=1, seed=0, eval_every=0)
+        except (RuntimeError, ValueError):
+            pass  # a bug that crashes at its first step (float-targets, targets-one-short)
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     import torch._dynamo  # noqa: F401 (rebinds torch.manual_seed on purpose)
     import transformers  # noqa: F401 (adds methods to torch.nn.Module on purpose)

@@ -22,15 +22,12 @@ from ..toolkit.batch import IGNORE, Batch
 from ..reference.pipeline import Pipeline
 from .registry import bug
 
-_FORGETFUL: dict[type, type] = {}
-
-
 def _forgetful_class(cls: type) -> type:
-    """A subclass of optimizer class ``cls`` whose ``zero_grad`` does nothing (made once per class,
-    so copies of the optimizer keep the bug)."""
-    if cls not in _FORGETFUL:
-        _FORGETFUL[cls] = type(f"ForgetsZeroGrad{cls.__name__}", (cls,), {"zero_grad": lambda self, set_to_none=True: None})
-    return _FORGETFUL[cls]
+    """A subclass of optimizer class ``cls`` whose ``zero_grad`` does nothing. Made afresh for each
+    optimizer, not cached in the module: a cache would be data that a draw reads, which a submission
+    could fill beforehand (the grading kernel puts the catalogue's data back, and a cache filled by an
+    honest run would read as a change). A copy of the optimizer keeps its class, and so the bug."""
+    return type(f"ForgetsZeroGrad{cls.__name__}", (cls,), {"zero_grad": lambda self, set_to_none=True: None})
 
 
 def _optimizer_without_zero_grad(model, pipe):

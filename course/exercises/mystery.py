@@ -277,7 +277,7 @@ _pop = _SECRETS.pop
 
 def _store(pipe, secret) -> None:
     key = id(pipe)
-    _SECRETS[key] = (_ref(pipe, lambda _, key=key: _pop(key, None)), secret)
+    _SECRETS[key] = (_ref(pipe, lambda _, key=key, pop=_pop: pop(key, None)), secret)  # pop bound now: at exit the module's globals are gone
 
 
 def _config(base: Pipeline, rng: random.Random) -> dict:
