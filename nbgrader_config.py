@@ -88,6 +88,11 @@ c.OverwriteCells.add_missing_cells = True
 # [GetGrades, CSSHTMLHeaderPreprocessor] (nbgrader/converters/generate_feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
+    "autograder.gpu_points.GpuPointsApart",  # a GPU test a CPU grader left unrun: not in the denominator
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# `nbgrader export` (make export): nbgrader's CSV, each submission's max_score over the points its
+# grader could award (a GPU test left unrun by a grader without CUDA is apart, in not_graded_gpu).
+c.ExportApp.plugin_class = "autograder.gpu_points.CpuGradedExport"

@@ -58,7 +58,7 @@ _PROBED: dict[str, str | None] = {}
 
 GPU_TAG = "gpu"
 GPU_KERNEL_NAME = "debug-course-gpu-sandboxed"
-NOT_GRADED_GPU = "not graded: needs a GPU kernel"
+from autograder.gpu_points import NOT_GRADED_GPU  # noqa: E402 (one source of the line)
 # grade_ids of the notebook being graded whose GPU test was left unrun (no CUDA). nbgrader's
 # SaveAutoGrades runs after this preprocessor in the same process and scores a code cell from its
 # outputs (nbgrader.utils.determine_grade): for these cells it must record no score at all.

@@ -6,7 +6,8 @@ For each assignment (default: every one in the gradebook that has submissions) i
 the gradebook of ``autograder.database.db_url`` (``COURSE_DB_URL``):
 
 - a table, one row per submission: the score of every graded cell (``?`` where the cell needs a
-  manual grade and has none), the total, and the runner's state;
+  manual grade and has none), the total, the points it is out of (a GPU test left unrun is not
+  among them: ``autograder.gpu_points``), and the runner's state;
 - "not graded": submissions rejected or failed by ``autograder.grade_class`` with its reason
   (from ``autograded/_reports/<a>.json``), those whose grading was interrupted, those whose
   gradebook rows are incomplete (an autograded cell without a score), folders in ``submitted/``
@@ -33,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from autograder import database, grade_class, grading
+from autograder import database, gpu_points, grade_class, grading
 
 
 def gradebook_rows(url: str, assignment: str) -> tuple[list[str], dict[str, dict]]:
@@ -74,8 +75,8 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         for gid, (_, mx, *_) in grades.items():
             maximum[gid] = mx
     draw = capstone_draws(assignment)
-    headers = ["student"] + ids + ["total", "state"] + (["draw"] if draw else [])
-    table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + [f"/{sum(maximum.values()):g}", ""]
+    headers = ["student"] + ids + ["total", "of", "state"] + (["draw"] if draw else [])
+    table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + [f"/{sum(maximum.values()):g}", "", ""]
              + ([""] if draw else [])]
     by_family: dict[str, list[float]] = {}
     not_graded, lost, manual, gpu = [], [], [], []
@@ -85,13 +86,12 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         grades = rows.get(student)
         family, drawn = draw(student) if draw else (None, None)
         if grades is None:
-            table.append([student] + ["-"] * len(ids) + ["-", "no row"] + ([drawn] if draw else []))
+            table.append([student] + ["-"] * len(ids) + ["-", "-", "no row"] + ([drawn] if draw else []))
             not_graded.append(f"{student}: submitted but not in the gradebook (run make autograde)")
             continue
         marked = gpu_tests(root, assignment) | {gid for gid, c in entry.get("cells", {}).items()
                                                 if c.get("not_graded")}
-        unrun = [gid for gid in ids if gid in marked and gid in grades
-                 and grades[gid][3] is None and grades[gid][4] is None]
+        unrun = gpu_points.unrun({gid: grades[gid] for gid in ids if gid in grades}, marked)
         cells = []
         for gid in ids:
             if gid not in grades:
@@ -104,7 +104,8 @@ def summarize(root: Path, assignment: str, url: str) -> str:
             gpu.append(f"{student}: {', '.join(unrun)}")
         state = entry.get("state", "no report")
         total = sum(g[0] for g in grades.values())
-        table.append([student] + cells + [f"{total:g}", state] + ([drawn] if draw else []))
+        out_of = sum(g[1] for gid, g in grades.items() if gid not in unrun)  # a GPU test left unrun: apart
+        table.append([student] + cells + [f"{total:g}", f"{out_of:g}", state] + ([drawn] if draw else []))
         if draw:
             by_family.setdefault(family, []).append(total)
         if state in (grade_class.FAILED, grade_class.REJECTED, grade_class.INTERRUPTED):
@@ -169,20 +170,7 @@ def capstone_draws(assignment: str):
 
 
 _KINDS: dict = {}
-_GPU: dict = {}
-
-
-def gpu_tests(root: Path, assignment: str) -> set:
-    """grade_ids of the source notebook's test cells tagged ``gpu`` (cached)."""
-    key = (str(root), assignment)
-    if key not in _GPU:
-        try:
-            nb = json.loads(grading.source_path(assignment, root).read_text(encoding="utf-8"))
-            _GPU[key] = {grading.nbgrader_meta(c).get("grade_id") for c in nb.get("cells", [])
-                         if "gpu" in c.get("metadata", {}).get("tags", []) and grading.nbgrader_meta(c).get("grade")}
-        except (OSError, ValueError):
-            _GPU[key] = set()
-    return _GPU[key]
+gpu_tests = gpu_points.gpu_tests  # the grade ids of the GPU tests (autograder.gpu_points)
 
 
 def grading_kind(root: Path, assignment: str) -> dict:

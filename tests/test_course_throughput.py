@@ -94,6 +94,26 @@ def test_sync_checkpoint_slows_only_its_own_steps(baseline):
     assert max(others[1:]) < 3 * min(tp.step_times(run)[s] for s in slow)
 
 
+def test_the_checkpoint_controls_split_the_save_from_the_modelled_disk():
+    from course.bugs.throughput import SyncCheckpoint
+    bug = tp.traced(SMALL.replace(checkpoint=SyncCheckpoint(4)), seed=0).phases["ckpt"]
+    disk = tp.traced(SMALL.replace(checkpoint=tp.DiskWithoutSave(4, tp.saved_bytes(SMALL))), seed=0).phases["ckpt"]
+    save = tp.traced(SMALL.replace(checkpoint=tp.SaveWithoutDisk(4)), seed=0).phases["ckpt"]
+    assert any(bug), "the bug charges its modelled disk on its saving steps"
+    assert disk == pytest.approx(bug), "the disk-only control waits as long as the bug, on the same steps"
+    assert not any(save), "the save-only control charges no modelled disk"
+    assert tp.DiskWithoutSave(4, 1) != tp.DiskWithoutSave(4, 2)  # the size is a setting of the control
+
+
+def test_after_save_finds_the_slow_saving_steps_and_not_a_quiet_run():
+    from course.bugs.throughput import DISK_BYTES_PER_S
+    slow = tp.after_save(SMALL.replace(checkpoint=tp.DiskWithoutSave(4, int(DISK_BYTES_PER_S * 0.02))), every=4, steps=16)
+    quiet = tp.after_save(SMALL, every=4, steps=16)
+    assert slow["saving"] > slow["others"] + 0.015, "a 20 ms wait on every saving step shows in their median"
+    assert quiet["saving"] < quiet["others"] + 0.015, "nothing saved: the same positions are not 20 ms slower"
+    assert slow["q1"] <= slow["others"] <= slow["q3"]
+
+
 def test_race_live_state_differs_and_snapshot_is_exact():
     live = tp.race(SMALL, tp.live_state, save_at=3, steps_after=2)
     assert live.differ and not live.exact

@@ -119,3 +119,36 @@ def test_grade_kernel_gpu_grades_the_gpu_cell_normally(gpu_root):
     book = gradebook(gpu_root, "bob")
     assert book["test_gpu"] == (0.0, 0.0, False), book["test_gpu"]  # it ran: no CUDA here, so it failed
     assert not entry["cells"]["test_gpu"].get("not_graded")
+
+
+def test_a_gpu_test_left_unrun_is_out_of_every_denominator_and_one_that_ran_is_in(gpu_root):
+    """A correct CPU submission reads full marks over the points a CPU grader can award: the class
+    summary's "of", the export's max_score and the feedback's "Score: x / y" leave the unrun GPU
+    test's 3 points out. The control: the same cell graded under GRADE_KERNEL=gpu counts as usual."""
+    import csv
+    import re
+
+    from nbgrader.api import Gradebook
+
+    for student, extra in (("carol", None), ("dave", {"GRADE_KERNEL": "gpu"})):
+        proc, entry = grade(gpu_root, student, extra)
+        assert entry["state"] == grade_class.GRADED, proc.stdout
+    with Gradebook(database.db_url(gpu_root), "debug-course") as gb:
+        full = gb.find_assignment(A).max_score
+    want = {"carol": full - 3, "dave": full}
+    env = {k: v for k, v in os.environ.items() if k != database.ENV}
+    summary = subprocess.run([sys.executable, "-m", "autograder.summary", A, "--root", str(gpu_root)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=grading.REPO, env=env)
+    header = next(line.split() for line in summary.stdout.splitlines() if line.startswith("student"))
+    out = tmp = Path(gpu_root) / "grades.csv"
+    grading.nbgrader(gpu_root, "export", "--to", str(tmp))
+    exported = {r["student_id"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
+    for student, of in want.items():
+        row = next(line.split() for line in summary.stdout.splitlines() if line.startswith(student + " "))
+        assert float(row[header.index("of")]) == of, f"{student}: the summary's 'of' column\n{summary.stdout}"
+        assert float(exported[student]["max_score"]) == of, exported[student]
+        assert float(exported[student]["not_graded_gpu"]) == full - of, exported[student]
+        grading.nbgrader(gpu_root, "generate_feedback", A, "--student", student, "--force")
+        html = (Path(gpu_root) / "feedback" / student / A / f"{A}.html").read_text(encoding="utf-8")
+        top = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", html)
+        assert top and float(top.group(2)) == of, f"{student}: the feedback's score line {top and top.group(0)}"

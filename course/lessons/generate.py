@@ -265,8 +265,10 @@ def _with_eos(windows: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 def eos_batch(windows: torch.Tensor, pad_id: int) -> Batch:
-    """Collation for variable-length windows (``Pipeline.min_len``): each sequence ends with EOS,
-    which is scored like any token, so the model learns when to stop; padding is not scored."""
+    """Collation for variable-length windows (``Pipeline.min_len``): a window shorter than the full
+    length ends with EOS, written at its first padded position and scored like any token, so the
+    model learns when to stop; a full-length window has no padding and so no EOS. Padding is not
+    scored."""
     return next_token_batch(_with_eos(windows, pad_id), pad_id)
 
 

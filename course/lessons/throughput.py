@@ -22,6 +22,11 @@
   ``rule_flops`` (6 N per position plus attention), ``matmul_peak`` (a timed matmul on this machine: a
   *measured* rate, lower than the hardware's peak, so FLOPs/s divided by it is not MFU, which divides
   by the peak).
+* **What a synchronous save costs the step after it.** ``after_save`` times a run on the real clock
+  and takes the medians of the saving steps, of the step right after each, and of the others.
+  Two controls split ``course.bugs.throughput.SyncCheckpoint`` in its halves: ``SaveWithoutDisk``
+  (the same ``torch.save`` into memory, no modelled disk) and ``DiskWithoutSave`` (the modelled
+  disk's wait for the bytes the bug writes, ``saved_bytes``, with nothing serialised).
 * **What instrumentation costs.** ``overhead`` alternates blocks of steps with per-layer telemetry
   on and off in one run and compares the medians.
 """
@@ -39,8 +44,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..toolkit.batch import next_token_batch
-from ..toolkit.phases import PHASES, CostModel, eval_on_schedule, log_nothing, no_checkpoint
+from ..toolkit.phases import PHASES, CostModel, charge, eval_on_schedule, log_nothing, no_checkpoint
 from ..reference.pipeline import Pipeline
+from ..bugs.throughput import DISK_BYTES_PER_S
 
 TRACE_STEPS = 24
 CAUSES = ("healthy", "data", "eval", "checkpoint", "logging")
@@ -388,6 +394,62 @@ def loop_extras(run, repeats: int = 50) -> dict[str, float]:
         opt.append(time.perf_counter() - t0)
     model.zero_grad(set_to_none=True)
     return {"bwd": statistics.median(bwd), "opt": statistics.median(opt)}
+
+
+# ----- a synchronous save, split in its halves --------------------------------------------------
+def _state(run) -> dict:
+    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict()}
+
+
+@dataclass(frozen=True)
+class SaveWithoutDisk:
+    """A control for ``SyncCheckpoint``: the same ``torch.save`` into memory every ``every`` steps,
+    without the modelled disk's wait."""
+    every: int
+
+    def __call__(self, run) -> None:
+        if run.step % self.every == 0:
+            torch.save(_state(run), io.BytesIO())
+
+
+@dataclass(frozen=True)
+class DiskWithoutSave:
+    """The other control for ``SyncCheckpoint``: every ``every`` steps, the modelled disk's wait
+    for ``nbytes`` (``DISK_BYTES_PER_S``), with nothing serialised. ``saved_bytes`` gives the size
+    the bug writes."""
+    every: int
+    nbytes: int
+
+    def __call__(self, run) -> None:
+        if run.step % self.every == 0:
+            charge(self.nbytes / DISK_BYTES_PER_S)
+
+
+def saved_bytes(pipe: Pipeline, seed: int = 0) -> int:
+    """The size of ``torch.save`` of the model and optimizer state after one step of ``pipe`` (from
+    then on it does not change: Adam's moments exist from the first step)."""
+    from ..reference.train import start, train_steps
+
+    run = train_steps(start(pipe.replace(checkpoint=no_checkpoint), seed), 1, eval_every=0)
+    buffer = io.BytesIO()
+    torch.save(_state(run), buffer)
+    return buffer.tell()
+
+
+def after_save(pipe: Pipeline, every: int, steps: int = 64, seed: int = 0) -> dict[str, float]:
+    """``pipe`` trained ``steps`` steps from ``seed`` on the real clock. Step times (the sum of the
+    phases, seconds): the median of the steps whose checkpoint call saves (every ``every``-th), of
+    the step right after each, and of the others (the first step left out), with the others'
+    quartiles (``q1``, ``q3``). A pipeline that saves nothing gives the same positions' noise."""
+    from ..reference.train import start, train_steps
+
+    times = step_times(train_steps(start(pipe, seed), steps, eval_every=0))
+    saving = [s for s in range(1, len(times)) if (s + 1) % every == 0]  # run.step after step s is s + 1
+    after = [s + 1 for s in saving if s + 1 < len(times)]
+    others = [s for s in range(1, len(times)) if s not in saving and s not in after]
+    q1, _, q3 = statistics.quantiles([times[s] for s in others], n=4)
+    return {"saving": statistics.median(times[s] for s in saving), "after": statistics.median(times[s] for s in after),
+            "others": statistics.median(times[s] for s in others), "q1": q1, "q3": q3}
 
 
 def overhead(run, blocks: int = 6, block: int = 8) -> dict[str, float]:

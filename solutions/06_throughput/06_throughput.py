@@ -12,8 +12,9 @@
 # **What you learn.**
 # * Time a training step in **phases** (data wait, forward, backward, optimizer, logging, checkpoint,
 #   evaluation) and find which phase a slowdown lives in, against a healthy baseline, phase by phase.
-# * A **synchronous checkpoint** delays its own step. Here the modelled disk write is a sleep, so it
-#   leaves no work for later steps; what a real save can leave behind is named, not measured.
+# * A **synchronous checkpoint** delays its own step, and can slow the next one. Two controls split it
+#   in its halves (the serialisation alone, the modelled disk's sleep alone) against a run that saves
+#   nothing; what a real save to a file leaves behind is named, not measured.
 # * Saving a live `state_dict` from a background thread **races** with training: make the race happen
 #   on purpose (a `threading.Event`), see which step each saved piece comes from (a later step's
 #   tensors under the requested step's label, or two steps in one file), fix it with a copy taken at
@@ -153,9 +154,36 @@ reveal("the phase the lost time lives in", prediction, ", ".join(symptom_found) 
 # ## Closing the loop
 #
 # The data phase is slow from one step on. In a real job the fix at the right depth is in the data
-# source (prefetching, a healthy server); a smaller model or a smaller batch would raise tokens/s
-# and leave the stall in place (a lower learning rate would not change the speed at all). Here the fix is to put the reference batch stream back
-# (`batches=None`), and the same check, on a fresh seed, must be quiet:
+# source (prefetching, a healthy server). Changing the batch would move the dashboard without touching
+# the stall, which costs the same time per batch whatever the batch holds.
+#
+# **Predict.** The stalled run with batches of 32 windows instead of 16: do its tokens/s once
+# stalled go up, stay, or go down? And does the regression check still report the data phase?
+
+# %%
+prediction = None  # your guess: "up", "same" or "down"
+
+# %% tags=["demo"]
+stall_from = symptom_pipe.batches.start  # the first data index that stalls (one batch per step)
+tokens_once_stalled = {}
+for batch_size in (8, 16, 32):
+    stalled = throughput.traced(symptom_pipe.replace(batch_size=batch_size), seed=0)
+    healthy = throughput.traced(BASE.replace(batch_size=batch_size), seed=1)
+    tokens_once_stalled[batch_size] = statistics.median(throughput.tokens_per_second(stalled)[stall_from:])
+    print(f"batch {batch_size:>2}: {tokens_once_stalled[batch_size] / 1e3:5.1f}k tokens/s once stalled, "
+          f"{statistics.median(throughput.tokens_per_second(healthy)) / 1e3:5.1f}k healthy;",
+          "regressions:", throughput.regressions(stalled, healthy))
+reveal("tokens/s once stalled, batch 32 over batch 16", prediction, round(tokens_once_stalled[32] / tokens_once_stalled[16], 2))
+
+# %% [markdown]
+# A larger batch raises tokens/s: the stall is paid once per batch, so more tokens share it. The
+# check still reports the data phase, because the stall is still there; a dashboard of tokens/s alone
+# would call the larger batch a fix. A smaller model would do nothing here: under the cost model,
+# forward and backward cost per position whatever the model's width, and only the optimizer's cost
+# follows the parameter count. (On real hardware a narrower model computes faster, so the stall takes
+# a larger share of each step.) A lower learning rate would not change the speed at all. Here the fix
+# is to put the reference batch stream back (`batches=None`), and the same check, on a fresh seed,
+# must be quiet:
 
 # %% tags=["demo"]
 fixed_pipe = symptom_pipe.replace(batches=None)
@@ -195,35 +223,43 @@ plt.show()
 # %%
 prediction = None  # your guess: the ratio (a number)
 
+# %% [markdown]
+# Four runs of 64 steps separate the causes. Beside the bug, each half of it alone: the same
+# `torch.save` without the sleep (`throughput.SaveWithoutDisk`), and the same sleep, for the bytes the
+# bug writes, without the save (`throughput.DiskWithoutSave`). The control saves nothing: its ratios
+# at the same step positions are the noise floor. `throughput.after_save` gives the medians of the
+# saving steps, of the step after each, and of the others, with the others' quartiles.
+
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 from course.bugs.throughput import SyncCheckpoint
 
-ckpt_wall = train_steps(start(BASE.replace(checkpoint=SyncCheckpoint(8)), seed=0), 48, eval_every=0)
-times = throughput.step_times(ckpt_wall)
-saving = [s for s in range(1, len(times)) if (s + 1) % 8 == 0]  # run.step after step s is s + 1
-after = [s + 1 for s in saving if s + 1 < len(times)]
-others = [s for s in range(1, len(times)) if s not in saving and s not in after]
-med = {k: statistics.median(times[s] for s in v) for k, v in {"saving": saving, "after": after, "others": others}.items()}
-print({k: f"{1e3 * v:.2f} ms" for k, v in med.items()}, f"saving / others: {med['saving'] / med['others']:.1f}")
-q1, _, q3 = statistics.quantiles([times[s] for s in others], n=4)
-print(f"spread of the other steps: quartiles {q1 / med['others']:.2f} to {q3 / med['others']:.2f} of their median")
-print("the step after a save lies within those quartiles:", q1 <= med["after"] <= q3)
-reveal("step after a save / other steps", prediction, round(med["after"] / med["others"], 2))
+arms = {"the bug: save and disk": SyncCheckpoint(8), "save only": throughput.SaveWithoutDisk(8),
+        "disk only (a sleep)": throughput.DiskWithoutSave(8, throughput.saved_bytes(BASE)),
+        "control: no checkpoint": BASE.checkpoint}
+cost = {name: throughput.after_save(BASE.replace(checkpoint=c), every=8) for name, c in arms.items()}
+for name, c in cost.items():
+    print(f"{name:>23}: saving/others {c['saving'] / c['others']:4.1f}   after/others {c['after'] / c['others']:4.2f}"
+          f"   others' quartiles {c['q1'] / c['others']:.2f} to {c['q3'] / c['others']:.2f}")
+bug = cost["the bug: save and disk"]
+reveal("step after a save / other steps", prediction, round(bug["after"] / bug["others"], 2))
 
 # %% [markdown]
-# The save costs its own step (the `saving / others` ratio printed above). Whether the step after a
-# save pays for it too: compare its ratio with the spread of the other steps (the quartiles printed
-# above, and the line after them). Inside the quartiles, the run shows no cost carried into the next
-# step; outside them, either the save left work behind or the machine was busy on those few steps
-# (only five steps follow a save), so run the cell again before deciding. The sleep that stands for
-# the disk leaves no work behind; the real in-memory serialisation could
-# (memory to free, caches to refill). A real `torch.save` to a
-# file can leave work behind that this cell neither models nor measures: the operating system writes the file's dirty pages back to disk after the call returns
-# (competing for the disk and memory bandwidth), a copy taken for the save holds memory until it is
-# freed, and a save to a network file system can stall later reads. So on a real job, measure the
-# same ratio (the step after a save over the others) before blaming or clearing the checkpoint for a
-# run that stays slow after it. The explorer below shows traces under the cost model for several
+# The save costs its own step (`saving/others`). For the step after it, read each row against the
+# control, not against 1: only the control says how far a few steps wander by chance (seven steps
+# follow a save). If the *disk only* row's `after/others` is above the control's, the next step pays
+# for the wait itself, since nothing was serialised and nothing was left to do. While the training
+# thread sleeps, its core is idle: the operating system may lower the core's clock or run another
+# process there, whose memory traffic evicts the model's weights from the caches, so the next step
+# starts on a slower, colder core. How large that is depends on the machine (a busy or power-saving
+# one more, a quiet one with a fixed clock less), so run the cell again before deciding. The *save
+# only* row shows what the serialisation leaves behind (memory to free, caches to refill). A real
+# `torch.save` to a file can leave more that this cell neither models nor measures: the operating
+# system writes the file's dirty pages back to disk after the call returns (competing for the disk
+# and memory bandwidth), a copy taken for the save holds memory until it is freed, and a save to a
+# network file system can stall later reads. So on a real job, measure the same ratio (the step after
+# a save over the others, against a run that does not save) before blaming or clearing the checkpoint
+# for a run that stays slow after it. The explorer below shows traces under the cost model for several
 # intervals: a longer interval makes fewer steps slow, not each of them faster.
 
 # %% tags=["demo"]

@@ -164,12 +164,11 @@ print(f"largest: {healthy_gap.max():.2e}; tolerance used in this notebook: {G.CA
 
 # %% [markdown]
 # A tolerance of 1e-4 sits well above that rounding (the ratio is printed above) and, as the next cell
-# shows, far below what a real bug moves. Which generated step first leaves the recompute points at the mechanism: step 0 is the
-# prefill's own logits, step 1 the first token fed back through the cache, step 2 the first that needs
-# a *generated* token from the cache.
+# shows, far below what a real bug moves.
 #
 # **Predict.** With `kv-cache-not-appended` (the prompt's keys and values are kept, later appends are
-# dropped), at which step (0, 1, 2, ...) do the cached logits first leave the recompute?
+# dropped), at which generated step do the cached logits first leave the recompute? Step 0 is the
+# logits of the prompt's last position, step 1 those of the first token fed back, and so on.
 
 # %%
 prediction = None  # your guess: the first generated step whose cached logits disagree (0, 1, 2, ...)
@@ -197,7 +196,11 @@ ax.legend(fontsize=7)
 plt.show()
 
 # %% [markdown]
-# The temperature bug passes: greedy decoding and the logits are right, only the sampling is wrong.
+# Which step first leaves the recompute points at the mechanism. Step 0 comes from the prefill, which
+# never reads the cache. At step 1 the fed-back token attends to the prompt's keys and to its own,
+# computed in that same call, so a cache that drops appends is still right. Step 2 is the first whose
+# query needs a key that only an append could have kept. The temperature bug passes: greedy decoding
+# and the logits are right, only the sampling is wrong.
 # That needs its own test.
 #
 # Agreement has a limit of its own: it shows the cache matches *this* model's recompute. A model
@@ -342,8 +345,10 @@ explorer
 # %% [markdown]
 # ## Endless generation: EOS
 #
-# Now a language with an end: windows of 6 to 17 tokens, each closed by EOS (`G.eos_batch`), so the
-# model can learn when to stop. The catalogue's `eos-masked-in-training` ignores the EOS target along
+# Now a language with an end: windows of 6 to 17 tokens (`min_len=6`). `G.eos_batch` writes EOS at a
+# window's first padded position, so every window shorter than 17 ends with EOS and the model can
+# learn when to stop; a full-length window has no padding and no EOS (it was cut, not ended: the share
+# closed by EOS is printed below). The catalogue's `eos-masked-in-training` ignores the EOS target along
 # with the padding. Two runs (200 steps each), then 256 samples of at most 12 tokens with
 # `eos_id=lang.EOS`. The language's EOS rate is the share of scored training targets that are EOS.
 #
@@ -358,6 +363,7 @@ EOS_PIPE = BASE.replace(min_len=6, collate=G.eos_batch, steps=200)
 eos_masked = inject(EOS_PIPE, "eos-masked-in-training")
 eos_models = {name: train(p, seed=1, eval_every=0).model for name, p in {"healthy": EOS_PIPE, "EOS masked": eos_masked}.items()}
 print(f"the language's EOS rate: {G.eos_share(EOS_PIPE):.3f} of scored targets")
+print(f"training windows closed by EOS: {(EOS_PIPE.windows('train') == lang.PAD).any(dim=1).double().mean():.3f}")
 for name, model in eos_models.items():
     s = G.chain_score(lang, G.generate(model, PROMPTS, 12, seed=1, eos_id=lang.EOS), 4)
     print(f"{name:>11}: teacher-forced loss {evaluate(model, eos_masked if name == 'EOS masked' else EOS_PIPE):.3f}, "
@@ -372,8 +378,9 @@ reveal("share of samples that stop, EOS masked in training", prediction, round(s
 # them apart asks the model directly: the probability it gives EOS where training data ended, and
 # whether the generator stops on the token the model emits. (The share of rows that emit EOS with
 # the wrong stop id can sit a little below the "samples that stop" above, from the same seed: a row
-# that samples PAD before any EOS is now held at PAD and cannot emit EOS later; the cell prints how
-# many rows that was.)
+# that samples PAD before any EOS is now held at PAD and cannot emit EOS later. The cell prints how
+# many rows that was: an upper bound on the gap, since only such a row can lose its EOS, and not
+# every one of them would have sampled EOS later.)
 
 # %% tags=["demo"]
 ends = G.eos_batch(EOS_PIPE.windows("val"), lang.PAD)

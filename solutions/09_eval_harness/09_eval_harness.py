@@ -128,6 +128,17 @@ bayes_right = (chain_lls - prior).argmax(dim=1) == gold
 print(f"ranked by P(option | question) / P(option): acc {with_se(bayes_right)}")
 
 # %% [markdown]
+# lm-evaluation-harness reports `acc_stderr` as the sample standard deviation of the per-item scores
+# over `sqrt(n)` (`mean_stderr` in its `lm_eval/api/metrics.py`): for 0/1 scores that is
+# `sqrt(p(1 - p)/(n - 1))`, a factor `sqrt(n/(n - 1))` above the binomial error printed here. At 200
+# items the two differ in the fourth decimal:
+
+# %%
+p_chain = chain_right.double().mean().item()
+print(f"this harness: {(p_chain * (1 - p_chain) / len(task)) ** 0.5:.4f}; lm-eval's acc_stderr: "
+      f"{chain_right.double().std(unbiased=True).item() / len(task) ** 0.5:.4f}")
+
+# %% [markdown]
 # ## The symptom: good likelihood, weak task score
 #
 # A colleague evaluates the same model with a harness set up for another task (three-shot, as their
@@ -423,6 +434,10 @@ print("fewshot-count-ignored at 3 shots gets every item right or wrong exactly a
 #
 # ## The few-shot count, and the context it consumes
 #
+# The context is the examples (each written `template + target_delimiter + gold`) and then the
+# question, joined by the **few-shot delimiter**: `"\n"` in this harness, because the training corpus
+# separates its documents with it, where lm-evaluation-harness's default is `"\n\n"`. A delimiter the
+# model never saw between documents is one more way a context can differ from training text.
 # Each example takes room in a 16-token window. The slider shows, for each `num_fewshot`, the
 # accuracy and what the model reads before the last option of the first item, for the healthy
 # harness (left truncation) and the one that keeps the start.

@@ -1041,8 +1041,11 @@ else:
 #   `scaler.step` returns `None` either way. A skip now and then is the scaler working; a skip every
 #   step means inf/NaN that scaling does not cause, such as a forward pass that already overflows
 #   fp16 (a loop with no `update()` does not skip: its second `step()` raises `RuntimeError`, shown above).
-# * **bf16 needs no scaler** because of its range; it still rounds to 8 significant bits, so a loss
-#   that differs from fp32 in the third digit is not a bug.
+# * **bf16 needs no scaler** because of its range; it still rounds to 8 significant bits (about 2 to 3
+#   decimal digits). A loss that differs from fp32 in the third digit is *consistent* with that
+#   rounding, not shown healthy: a bug that moves the loss by less hides inside it. The test that can
+#   fail compares against fp32 on the same weights and batches, op by op or step by step, with a
+#   tolerance set by bf16's rounding, and a control (two fp32 runs, or fp32 against itself).
 # * **The saved-tensor meter** counts every tensor packed for backward while its graph lives
 #   (each packing in full, parameters and duplicates included: it overcounts shared storage and can
 #   undercount a saved view of a larger tensor: a growth meter, not a bound); it does not

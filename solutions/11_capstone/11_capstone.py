@@ -95,6 +95,15 @@ capstone.print_families()
 # first view of its family's notebook: a plot and a printed line for most families, printed lines for
 # the others). For some bugs and draws the symptom is faint or absent in this view and shows only
 # under that notebook's tests: the view is where to start, not the verdict.
+#
+# The view, and the draw's fixed settings, give away the **family**, not the bug. Each family keeps
+# its notebook's base (its steps, training-set size, batch size and model, dropout in some), and
+# `show` picks the view by those settings, so anyone comparing them with the families' bases can read
+# the family off without testing. That is no shortcut to points: within a family every bug and the
+# healthy draw share the base, and every test below asks for work the family alone does not give: a
+# detector that tells fresh draws of your bug from healthy draws of the same recipe, a fix that makes
+# fresh draws of your bug healthy, and a family in your record that scores only beside a detector that
+# works.
 
 # %% tags=["demo"]
 capstone.show(mine)
