@@ -239,3 +239,12 @@ def test_fast_step_check_agrees_with_the_exact_one():
         for limit in (None, 5):
             events = [Event(0, "activations", "a", torch.zeros(2)), Event(0, "input", "b", t, limit)]
             assert _any_bad(events) == any(is_bad(e) for e in events), f"{t} (limit {limit})"
+
+
+def test_widget_shows_its_advice_as_plain_text_without_a_live_frontend():
+    box = tree_widget()
+    box.when.value, box.stage.value = WHEN[2], "grads"
+    text = box._repr_mimebundle_()["text/plain"]
+    assert advice_text(WHEN[2], "grads") in text and "grads" in text, text
+    assert "VBox" not in text, "a saved notebook would show VBox(children=...) instead of the advice"
+    assert "application/vnd.jupyter.widget-view+json" in box._repr_mimebundle_(), "a live frontend still gets the widget"

@@ -54,9 +54,13 @@ class Diagnosis:
         if not found:
             said = set().union(*(_stems(h) for h in hypotheses))
             if not _stems(self.prediction) & said:
-                found.append("the prediction must say what the test shows under your hypotheses (it names none of them)")
+                found.append("the prediction shares no word of four or more letters with any hypothesis: say what the "
+                             "test shows under each hypothesis, naming it in its own words (\"if the data cursor is "
+                             "not restored, ...; if the optimizer state ..., ...\")")
             if not _stems(self.test) & (said | _stems(self.prediction)):
-                found.append("the test must be the one your hypotheses and prediction are about (it shares no word with them)")
+                found.append("the test shares no word of four or more letters with the hypotheses or the prediction: "
+                             "say what it runs and measures in the words they use (\"resume from step 8 and compare "
+                             "the data cursor ...\")")
         return found
 
 

@@ -438,7 +438,9 @@ def tree_widget():
     """Two dropdowns (when, stage) and an Output area showing ``advice_text`` for the choice.
 
     The text is written into the Output's ``outputs`` directly, so the widget works (and can be
-    tested) without a running kernel: setting a dropdown's value updates the Output at once.
+    tested) without a running kernel: setting a dropdown's value updates the Output at once. Its
+    plain-text form (what a frontend without widgets shows) is the choice and its advice, not
+    ``VBox(...)``.
     """
     import ipywidgets as widgets
 
@@ -455,6 +457,14 @@ def tree_widget():
     show()
     box = widgets.VBox([widgets.HBox([when, stage]), out])
     box.when, box.stage, box.out = when, stage, out
+    widget_bundle = box._repr_mimebundle_
+
+    def bundle(**kwargs):  # where no live frontend draws widgets (a saved notebook, a terminal): the text
+        data = widget_bundle(**kwargs)
+        data["text/plain"] = f"when: {when.value}, first bad: {stage.value}\n{output_text(out)}"
+        return data
+
+    box._repr_mimebundle_ = bundle
     return box
 
 

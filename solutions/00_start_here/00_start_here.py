@@ -351,6 +351,9 @@ print("tensors that one step leaves in place:", in_place)
 # * It is graded on healthy draws (must be `False`) and broken ones (must be `True`), with other
 #   seeds, other configurations and bugs you have not been shown. Return a `bool`.
 # * Look at the parameters, not at `pipe`'s settings: they are the healthy ones in every draw.
+# * A pipeline that crashes under your test is broken: catch the exception around the pipeline's own
+#   calls and return `True`. An exception that leaves `detect` is no answer and fails the cell (this
+#   holds for every `detect` of the course).
 
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
@@ -390,6 +393,45 @@ assert_detector(detect,
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ### A method for any mystery: the part swap
+#
+# A mystery's settings all read healthy; its bug lives in a part. A method that finds the part without
+# reading any code: take a test that fails on the pipeline and passes on its **healthy twin** (the same
+# settings, every part the reference one: `course.reference.pipeline.healthy_twin`), then replace
+# **one part at a time** with its reference and run the test again. The part whose swap alone makes the
+# test pass is the suspect. Here on a bug shown above, with a test of "some tensor stays in place":
+
+# %% tags=["demo"]
+from course.reference.pipeline import adamw, apply_update, build_optimizer, healthy_twin, prepare_model
+
+REFERENCE_PARTS = {"prepare": prepare_model, "make_optimizer": build_optimizer, "optimizer_factory": adamw,
+                   "update": apply_update}
+
+def tensors_in_place(pipeline):
+    s = one_step(pipeline)
+    return [n for n in s.before if (s.after[n] - s.before[n]).abs().max().item() <= 1e-5]
+
+print("the broken pipeline:", tensors_in_place(partial), " its healthy twin:", tensors_in_place(healthy_twin(partial)))
+for part, reference in REFERENCE_PARTS.items():
+    print(f"{part:>18} swapped for the reference: {tensors_in_place(partial.replace(**{part: reference}))}")
+
+# %% [markdown]
+# Only one swap empties the list, so that part is the suspect. What the method costs and where it stops:
+#
+# * **Cost:** one run of the test per part (here four one-step tests). With a slow test, swap the
+#   parts the symptom points at first.
+# * **It needs a control that passes.** If the healthy twin fails the test too, the test is wrong,
+#   or the cause is in the settings, not the parts: no swap can say anything.
+# * **One broken part.** With two broken parts no single swap passes; swap pairs, or fix one and look
+#   again. A part that is meant to differ from the reference (a collate written for other data) also
+#   "fixes" the symptom when swapped, by throwing away what the pipeline needed.
+# * **It names the part, not the mistake in it.** Why the part is wrong comes from testing the part
+#   itself (the questions of 2b below), and that is what a diagnosis record says.
+#
+# In a real code base the reference is the last version that worked, and the same idea is bisection
+# by component, as `git bisect` is bisection by commit. Every later notebook's fix asks for the broken
+# part replaced: this is one way to find it.
+#
 # ### 2b: name the broken part (2 points)
 #
 # Write `name_cause(pipe) -> str`: return the name of the part that keeps the parameters from

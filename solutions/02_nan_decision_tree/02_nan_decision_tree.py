@@ -83,7 +83,15 @@ ax.legend(fontsize=7)
 plt.show()
 
 # %% [markdown]
-# Is the growth geometric? The ratio of each step's parameter norm to the previous one says:
+# **Predict.** This run uses Adam with a huge learning rate. Does its parameter norm grow
+# *geometrically* (the same factor each step, as gradient descent on a quadratic does) or
+# *additively* (about the same increase each step)?
+
+# %% tags=["demo"]
+prediction = None  # your guess: "geometric" or "additive"
+
+# %% [markdown]
+# The ratio of each step's parameter norm to the previous one, and the increase, say which:
 
 # %% tags=["demo"]
 norms = typo["param_norm"]
@@ -93,6 +101,10 @@ for s in range(1, len(norms)):
         print(f"{s:5d} {used[s]:9.4g} {norms[s]:12.4g} {norms[s] / norms[s - 1]:19.3f} {norms[s] - norms[s - 1]:10.3g}")
     else:
         print(f"{s:5d} {used[s]:9.4g} {norms[s]:12.4g}   (non-finite: the run stops)")
+finite = [n for n in norms if math.isfinite(n)]
+ratios = [b / a for a, b in zip(finite, finite[1:])]
+reveal("the ratio to the previous step: first, last (a constant ratio is geometric)", prediction,
+       f"{ratios[0]:.3f}, {ratios[-1]:.3f}")
 
 # %% [markdown]
 # Not geometric: the ratio falls towards 1 while the increase per step stays of the same order, even
@@ -104,13 +116,23 @@ for s in range(1, len(norms)):
 #
 # ## "NaN at step 1, lower the learning rate"?
 #
-# Not when the loss is NaN **before any update**: the first loss is computed with the initial weights,
-# which no learning rate has touched. The same broken pipeline at three learning rates, zero included:
+# **Predict.** `causal-mask-strict` is NaN from its first step. Trained at a learning rate of 0, is its
+# loss at step 0 finite?
 
 # %% tags=["demo"]
+prediction = None  # your guess: "finite" or "NaN"
+
+# %% tags=["demo"]
+first_losses = {}
 for lr in (1e-2, 1e-6, 0.0):
     first = train_steps(start(inject(pipe, "causal-mask-strict").replace(lr=lr), seed=0), 1, eval_every=0)
-    print(f"lr = {lr:g}: loss at step 0 = {first.history['loss'][0]}")
+    first_losses[lr] = first.history["loss"][0]
+    print(f"lr = {lr:g}: loss at step 0 = {first_losses[lr]}")
+reveal("loss at step 0 at lr = 0", prediction, "finite" if math.isfinite(first_losses[0.0]) else "NaN")
+
+# %% [markdown]
+# The loss of step 0 is computed with the initial weights, which no learning rate has touched, so a
+# loss that is NaN **before any update** has a cause that a lower learning rate cannot remove.
 
 # %% [markdown]
 # ## The first non-finite tensor
@@ -152,8 +174,7 @@ print(f"{'reference':>24}: {locate(pipe, steps=5)}")
 # ## Counterexample 1: log(softmax) is not log_softmax
 #
 # Two logits, 1000 and -1000, and the target is the second. The exact loss is
-# `logsumexp(1000, -1000) - (-1000) = 2000` (to float precision). Computed naively, `softmax` rounds the
-# target's probability, `exp(-2000)`, to 0, and takes its log.
+# `logsumexp(1000, -1000) - (-1000) = 2000` (to float precision).
 #
 # **Predict**: what does the naive `-log(softmax(logits))[target]` give, and what does
 # `F.cross_entropy` give? Write your guess (a number, `inf`, `nan`, or an error) into `prediction`.
@@ -169,6 +190,11 @@ stable = F.cross_entropy(logits2, target2)
 reveal("CE of logits (1000, -1000), target the second: (naive, F.cross_entropy)", prediction,
        (naive.item(), stable.item()))
 assert math.isinf(naive.item()) and stable.item() == 2000.0
+
+# %% [markdown]
+# The naive form computes the target's probability first: `exp(-2000)` is far below float32's
+# smallest positive number, so `softmax` rounds it to 0, and `-log(0)` is inf. `F.cross_entropy`
+# works in log space (`logits - logsumexp(logits)`) and never forms that probability.
 
 # %% [markdown]
 # ## Exercise 1: a stable loss
@@ -207,6 +233,20 @@ with captured_warnings():
     _mine = stable_token_loss(_l, _t)
 assert torch.allclose(_mine, F.cross_entropy(_l, _t), atol=1e-5), \
     f"on ordinary logits it must equal F.cross_entropy: got {_mine.item():.6f}, expected {F.cross_entropy(_l, _t).item():.6f}"
+# the whole contract: logits of shape (..., V), IGNORE targets left out of the mean, the gradient
+_l = torch.randn(2, 3, 7, generator=_g).requires_grad_(True)
+_t = torch.randint(0, 7, (2, 3), generator=_g)
+_t[0, 0] = IGNORE
+with captured_warnings():
+    _mine = stable_token_loss(_l, _t)
+_lr = _l.detach().clone().requires_grad_(True)
+_ref = F.cross_entropy(_lr.flatten(0, 1), _t.flatten())  # ignore_index is IGNORE (-100) by default
+assert torch.allclose(_mine.detach(), _ref.detach(), rtol=1e-5, atol=1e-4), \
+    f"on logits of shape (2, 3, 7) with one IGNORE target: got {_mine.item():.6f}, expected {_ref.item():.6f}: flatten the leading dimensions, and leave IGNORE targets out of the mean"
+_mine.backward()
+_ref.backward()
+assert _l.grad is not None and torch.allclose(_l.grad, _lr.grad, atol=1e-6), \
+    "the gradient with respect to the logits differs from F.cross_entropy's: is the result detached, or computed with .item()?"
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(21)
 for _scale in (1.0, 1e3, 1e5):
@@ -239,15 +279,18 @@ for _scale in (1.0, 1e3, 1e5):
 prediction = None  # your guess: (0/0: "raises" or a gradient, sqrt(0): "raises" or a gradient)
 
 # %% tags=["demo"]
+import warnings
+
+warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")  # torch's notice, at every entry
 x = torch.zeros(1, requires_grad=True)
 try:
-    with torch.autograd.detect_anomaly(check_nan=True), captured_warnings():
+    with torch.autograd.detect_anomaly(check_nan=True):
         (x / x).sum().backward()
     div_result = f"no error, gradient {x.grad.item()}"
 except RuntimeError as err:
     div_result = f"raises: {str(err).splitlines()[0]}"
 x = torch.zeros(1, requires_grad=True)
-with torch.autograd.detect_anomaly(check_nan=True), captured_warnings():
+with torch.autograd.detect_anomaly(check_nan=True):
     x.sqrt().sum().backward()
 sqrt_result = f"no error, gradient {x.grad.item()}"
 reveal("anomaly mode on backward at x = 0: (0/0, sqrt(0))", prediction, (div_result, sqrt_result))
@@ -259,17 +302,18 @@ reveal("anomaly mode on backward at x = 0: (0/0, sqrt(0))", prediction, (div_res
 #
 # `torch.where(p > 0, p.log(), 0)` has a finite value everywhere, `p = 0` included.
 #
-# **Predict**: at `p = (0, 0.5)`, what is the gradient of `torch.where(p > 0, p.log(), 0).sum()`?
+# **Predict**: at `p = (0, 0.5)`, is the gradient of `torch.where(p > 0, p.log(), 0).sum()` at `p = 0`
+# finite, inf or NaN?
 
 # %% tags=["demo"]
-prediction = None  # your guess: [gradient at p=0, gradient at p=0.5]
+prediction = None  # your guess: "finite", "inf" or "nan"
 
 # %% tags=["demo"]
 p = torch.tensor([0.0, 0.5], requires_grad=True)
 value = torch.where(p > 0, p.log(), torch.zeros_like(p))
 value.sum().backward()
-reveal(f"gradient of where(p > 0, log p, 0) at p = {p.tolist()} (the value is {value.tolist()})",
-       prediction, p.grad.tolist())
+reveal(f"gradient of where(p > 0, log p, 0) at p = 0 (the value is {value.tolist()})",
+       prediction, f"{p.grad[0].item()} (and {p.grad[1].item()} at p = 0.5)")
 
 # %% [markdown]
 # Backward still runs through `p.log()` at `p = 0`, where the derivative is `1/0 = inf`, and multiplies
@@ -333,14 +377,16 @@ assert torch.allclose(_p.grad, torch.tensor([0.0, 4.0, 0.0, 0.5])), \
 # far enough beyond it rounds to inf. bf16 keeps float32's 8 exponent bits (its largest value is
 # printed below) and keeps only 8 significant bits, so it rounds coarsely.
 #
-# **Predict**: what do 65504, 65519, 65520 and 70000 become when cast to fp16?
+# **Predict**: which of 65504, 65519, 65520 and 70000 stay finite when cast to fp16?
 
 # %% tags=["demo"]
-prediction = None  # your guess: [65504 -> ?, 65519 -> ?, 65520 -> ?, 70000 -> ?]
+prediction = None  # your guess: the ones that stay finite, e.g. [65504]
 
 # %% tags=["demo"]
 edge = torch.tensor([65504.0, 65519.0, 65520.0, 70000.0])
-reveal(f"{edge.tolist()} cast to fp16", prediction, edge.half().float().tolist())
+cast = edge.half().float()
+print(f"{edge.tolist()} cast to fp16: {cast.tolist()}")
+reveal("the values that stay finite in fp16", prediction, [int(v) for v, c in zip(edge.tolist(), cast) if torch.isfinite(c)])
 print(f"largest finite: fp16 {torch.finfo(torch.float16).max:g}, bf16 {torch.finfo(torch.bfloat16).max:.3g}, "
       f"float32 {torch.finfo(torch.float32).max:.3g}")
 big = torch.tensor([60000.0, 70000.0, 1e6])
@@ -367,10 +413,10 @@ print(f"locator: {locate(inject(pipe, 'loss-scaled-in-fp16'))}")
 # scales every gradient by `max_norm / total_norm`.
 #
 # **Predict**: three gradients `[1, 2]`, `[3, bad]`, `[0.5, 0.5]`, clipped to norm 1 with the default
-# settings. What are they afterwards when `bad` is NaN, and when it is inf?
+# settings. How many of the six entries are NaN afterwards when `bad` is NaN, and when it is inf?
 
 # %% tags=["demo"]
-prediction = None  # your guess: (grads after clipping with a NaN, grads after clipping with an inf)
+prediction = None  # your guess: (NaN entries with a NaN, NaN entries with an inf), e.g. (1, 1)
 
 # %% tags=["demo"]
 def three_grads(bad):
@@ -389,8 +435,9 @@ for bad in (float("nan"), float("inf")):
     norm = torch.nn.utils.clip_grad_norm_(ps, 1.0)
     after[str(bad)] = [p.grad.tolist() for p in ps]
     print(f"one grad {bad}: total norm before clipping {norm.item()}")
-reveal("gradients after clip_grad_norm_(max_norm=1): (with a NaN, with an inf)", prediction,
-       (after["nan"], after["inf"]))
+    print(f"  gradients after clipping: {after[str(bad)]}")
+reveal("NaN entries after clip_grad_norm_(max_norm=1): (with a NaN, with an inf)", prediction,
+       tuple(sum(math.isnan(v) for g in after[k] for v in g) for k in ("nan", "inf")))
 
 # %% [markdown]
 # A NaN anywhere makes every gradient NaN; an inf makes the factor `1/inf = 0`, so the finite gradients
@@ -661,7 +708,8 @@ print(f"\nparts as seen from outside (course.exercises.mystery.signature), the s
 # loop: `course.reference.train.start(pipe, 0)`, batches `batch_at(pipe, 0, step)`) produces any non-finite
 # tensor (the ids given to the model, a module output, the loss, a gradient, the optimizer state or
 # a parameter), else `False`. Return a Python `bool` (a numpy or 0-d torch bool is accepted too);
-# raising is not an answer and fails the cell. Reuse your `first_nonfinite_stage` on `trace`, or write
+# a pipeline that crashes under your test is broken (catch the exception around its own calls and
+# return `True`), while an exception that leaves `detect` is no answer and fails the cell. Reuse your `first_nonfinite_stage` on `trace`, or write
 # your own loop with your own checks.
 #
 # Graded like a test suite, on the visible draws and then on draws with configurations you have not
@@ -781,8 +829,9 @@ _assert_names(name_cause, _fresh, what="name_cause", off=_OFF)
 # changing **only** the field the bug lives in, to its reference part from `REFERENCE_PARTS` (for
 # example `pipe.replace(update=REFERENCE_PARTS["update"])`); every other field must stay the very same
 # object or value, so returning a fresh `Pipeline()`, lowering a learning rate or replacing every
-# suspicious part is wrong. Which field? Use `name_cause`, or find it by intervention: replace one part
-# at a time and run your `detect` again.
+# suspicious part is wrong. Which field? Use `name_cause`, or the part swap of notebook 00: replace one
+# part at a time with its reference and run your `detect` again, after checking that `detect` is
+# `False` on the draw's healthy twin (`course.reference.pipeline.healthy_twin`).
 #
 # Graded by behaviour on fresh draws of each bug (never on a healthy one), with
 # `course.exercises.mystery.check_fix`: the fixed pipeline is trained for `HORIZON` steps on a fresh seed by the

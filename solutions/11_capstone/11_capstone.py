@@ -152,7 +152,10 @@ capstone.show(capstone.healthy_twin(mine))
 # Investigate `mine`, then write what you did as a `Diagnosis` (five fields: `symptom`, at least two
 # competing `hypotheses`, the `test` that separates them, the `prediction` each hypothesis makes, the
 # `result`), and name the family of your draw: `my_family()` returns exactly one of the names printed
-# above. Put your experiments inside `my_diagnosis` so the record's result comes from them. Graded:
+# above. Put your experiments inside `my_diagnosis` so the record's result comes from them. The grader
+# calls it in a separate copy of your kernel (a forked process) with the functions above switched off,
+# `capstone.show` and `draw_for` among them: inside it, experiment on your draw `mine` (the notebook's
+# global), not on a new `draw_for`, and print nothing you need `show` for. Graded:
 # the record's form (`Diagnosis.problems()` empty) and a family from the list (visible test), and,
 # after your test in section 2, the family of your own draw, counted only together with a `detect`
 # that passes (hidden test).
@@ -223,7 +226,9 @@ print(f"{'family':>10}: {my_family()}")
 # fresh draws of the same bug (other seeds, learning rates and warm-ups: the noise it must tolerate),
 # and stay quiet on healthy draws of the same recipe, so one that always (or never) fires scores 0.
 # The visible test cell grades fresh draws too, in a hidden part: passing what you can see is not yet
-# the cell's points. Keep it to a few seconds a call: a test cell has 120 seconds in all.
+# the cell's points. Keep it to a few seconds a call: a test cell has 120 seconds in all, the visible
+# cell calls `detect` on four pipelines (two in its hidden part) and the hidden cell on five, and the first call in a
+# fresh process also pays for imports and warm-up (time yours on `mine` with `%time detect(mine)`).
 
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
@@ -298,7 +303,9 @@ reveal("detect on the healthy twin of your draw", prediction, detect(capstone.he
 # (`pipe.replace(part=...)`: the reference parts are the defaults of `course.Pipeline`, or write your
 # own), and every other part and setting left as it is: the same objects, the draw's own seeds,
 # learning rate and warm-up. A fix that returns a fresh pipeline, or replaces parts that were not
-# broken, fails. Graded by behaviour: applied to your draw and to fresh draws of the same bug, the
+# broken, fails. To find the part, the part swap of notebook 00 works here too: with a test that fails
+# on your draw and passes on `capstone.healthy_twin(mine)`, replace one part at a time with its
+# reference (`Pipeline()`'s) and test again. Graded by behaviour: applied to your draw and to fresh draws of the same bug, the
 # fixed pipeline is trained or run, and your family's check (`capstone.FAMILIES[family].symptom`: for
 # most families the check its notebook graded its fix with) must find nothing, on its own default
 # seed (not the seed 0 of `show`). No stored number is compared.
