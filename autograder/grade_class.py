@@ -70,6 +70,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder import database, grading
+from autograder.gpu_points import NOT_GRADED_GPU  # the line a GPU test left unrun gets (one source)
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 DEFAULT_TIMEOUT_S = 1800
@@ -278,11 +279,6 @@ def submission_timestamp(folder: Path) -> str | None:
 
 
 # --------------------------------------------------------------------------- reasons
-
-# The one output line autograder.sandboxed_execute gives a GPU test it did not run (no CUDA in the
-# grading kernel); nbgrader then records no automatic score for the cell (needs a manual grade).
-from autograder.gpu_points import NOT_GRADED_GPU  # noqa: E402 (one source of the line)
-
 
 def _only_line(outputs: list) -> str:
     texts = [o.get("text", "") for o in outputs]

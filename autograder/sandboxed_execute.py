@@ -53,12 +53,12 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, Unicode
 
 from autograder import demo_cells, sandbox
+from autograder.gpu_points import NOT_GRADED_GPU  # the line a GPU test left unrun gets (one source)
 
 _PROBED: dict[str, str | None] = {}
 
 GPU_TAG = "gpu"
 GPU_KERNEL_NAME = "debug-course-gpu-sandboxed"
-from autograder.gpu_points import NOT_GRADED_GPU  # noqa: E402 (one source of the line)
 # grade_ids of the notebook being graded whose GPU test was left unrun (no CUDA). nbgrader's
 # SaveAutoGrades runs after this preprocessor in the same process and scores a code cell from its
 # outputs (nbgrader.utils.determine_grade): for these cells it must record no score at all.

@@ -116,6 +116,9 @@ CASES = [
                          "    p = torch.softmax(logits[keep], dim=-1)\n"
                          "    return -torch.log(p.gather(-1, targets[keep].unsqueeze(-1))).mean()\n"},
          {"test_stable_loss"}),
+    Case(A, "loss_2d_only",  # right on (N, V) logits only: the visible test now tries (..., V) and IGNORE
+         {"stable_loss": "def stable_token_loss(logits, targets):\n    return F.cross_entropy(logits, targets)\n"},
+         {"test_stable_loss"}),
     Case(A, "loss_constant",
          {"stable_loss": "def stable_token_loss(logits, targets):\n    return torch.tensor(2000.0)\n"},
          {"test_stable_loss"}),

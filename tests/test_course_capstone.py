@@ -134,3 +134,12 @@ def test_practice_explorer_shows_a_practice_draw_and_judges_a_guess(monkeypatch)
     box.guess.value = right
     box.check.click()
     assert box.verdict.value.startswith("<b>right</b>"), box.verdict.value
+
+
+def test_switched_off_names_lists_every_switched_off_function_once_by_a_readable_name():
+    names = capstone.switched_off_names()
+    assert names == sorted(set(names)), "each once, sorted"
+    assert not [n for n in names if "<locals>" in n or "<function" in n], names
+    assert "course.exercises.mystery.reveal" in names and "course.toolkit.checks.update_report" in names
+    assert len(names) >= len({id(f) for f in capstone.SWITCHED_OFF + capstone.PACKAGE_CHECKS}) - \
+        sum(1 for f in capstone.SWITCHED_OFF + capstone.PACKAGE_CHECKS if "<locals>" in f.__qualname__)

@@ -248,3 +248,13 @@ def test_widget_shows_its_advice_as_plain_text_without_a_live_frontend():
     assert advice_text(WHEN[2], "grads") in text and "grads" in text, text
     assert "VBox" not in text, "a saved notebook would show VBox(children=...) instead of the advice"
     assert "application/vnd.jupyter.widget-view+json" in box._repr_mimebundle_(), "a live frontend still gets the widget"
+
+
+def test_every_explorer_and_the_practice_box_read_as_text_without_a_live_frontend():
+    from course.toolkit.textview import html_text, with_text
+    import ipywidgets as widgets
+    assert html_text("<b>a</b> &amp; b") == "a & b"
+    box = with_text(widgets.VBox([]), lambda: "the state in words")
+    assert box._repr_mimebundle_()["text/plain"] == "the state in words"
+    plain = widgets.VBox([])
+    assert "VBox" in plain._repr_mimebundle_()["text/plain"], "the control: a box without it shows its repr"

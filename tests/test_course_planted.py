@@ -261,3 +261,82 @@ def test_a_wrapped_bug_in_the_catalogue_is_put_back_and_sees_no_hidden_draw(plan
     assert any("_REGISTRY (its contents changed)" in r for r in report), report
     assert any("a Bug's fields" in r for r in report), report
     assert registry._REGISTRY == originals and registry._REGISTRY["lr-zero"].doc != "changed in place"
+
+
+# ----- the red team's second pass (issue 31): a fix that rewrites itself while it is described,
+# and reference counts read in the sealed child after freeing a draw ------------------------------
+class _Rewriting:
+    """A part whose attribute hook, run by the grader, rewrites the pipeline it sits in: every field
+    back to the original's, except the one the bug touched (read off the test's frame)."""
+
+    runs = 0
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("a stub")
+
+    def __getattribute__(self, name):
+        if name == "__module__":
+            _Rewriting.runs += 1
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_name != "check_fix":
+                frame = frame.f_back
+            if frame is not None:
+                allowed, original = frame.f_locals.get("allowed"), frame.f_locals.get("pipe")
+                for field in frame.f_globals["PARTS"]:
+                    fixed = frame.f_locals.get("fixed")
+                    if fixed is not None and field not in (allowed or ()):
+                        object.__setattr__(fixed, field, object.__getattribute__(original, field))
+        return object.__getattribute__(self, name)
+
+
+def test_a_fix_that_rewrites_itself_while_it_is_described_is_not_graded_on_the_rewrite(planted):
+    from course.reference.pipeline import PARTS
+    _Rewriting.runs = 0
+    stub = _Rewriting()
+    getattr(stub, "__module__")  # the control: reading the attribute runs the hook
+    assert _Rewriting.runs == 1
+    _Rewriting.runs = 0
+    mystery.fix_signature(SMALL, SMALL.replace(update=stub))
+    assert _Rewriting.runs == 0, "describing a fix ran an object of the fix"
+
+    def fix(pipe):
+        return pipe.replace(**{f: _Rewriting() for f in PARTS})
+    with pytest.raises(AssertionError, match="was not broken, but your fix changed it|did not hold up"):
+        mystery.check_fix(fix, [mystery.hidden("lr-zero", 2, SMALL, salt="t-rewrite")], lambda p: None)
+    assert _Rewriting.runs == 0
+
+
+def _refcount_probe(pipe):
+    """From inside a graded call: what the worker thread's arguments hold, and whether dropping
+    everything this call can reach of its draw changes the reference count of a bug's function."""
+    import threading
+
+    from course.bugs import basic
+    args = threading.current_thread()._args
+    before = sys.getrefcount(basic._no_step)
+    for field in list(Pipeline.__dataclass_fields__):
+        value = object.__getattribute__(pipe, field)
+        if type(value) is mystery.Part:
+            try:
+                mystery._part_generator(value).close()
+            except RuntimeError:
+                pass
+        object.__setattr__(pipe, field, None)
+    del pipe, value
+    import gc
+    try:
+        gc.collect()
+    except Exception:  # noqa: BLE001  (the seal may refuse it)
+        pass
+    return [repr(args), sys.getrefcount(basic._no_step) - before]
+
+
+def test_a_graded_call_can_free_nothing_of_its_draw_nor_reach_the_grader_s_cases():
+    # the control: in this process, the same probe on a draw made here sees its bug's function freed
+    made = mystery.make("missing-step", 3, SMALL, salt="t-rc")
+    assert _refcount_probe(made)[1] == -1, "the control: freeing a draw here changes the count"
+    got = grading.graded_calls(_refcount_probe, [mystery.hidden("missing-step", 3, SMALL, salt="t-rc"),
+                                                 mystery.hidden("healthy", 4, SMALL, salt="t-rc")])
+    for args, change in got:
+        assert args == "([],)", f"the worker thread's arguments hold the grader's data: {args}"
+        assert change == 0, "dropping a draw freed its bug's function: a reference count says which bug"

@@ -49,6 +49,7 @@ import torch
 from . import mystery
 from ..reference.diagnose import training_moves  # the no-updates family's check (notebook 00's)
 from ..reference.model import ModelConfig
+from ..toolkit.textview import html_text, with_text
 from ..reference.pipeline import PARTS, Pipeline, healthy_twin
 
 ASSIGNMENT = "11_capstone"
@@ -491,7 +492,8 @@ def practice_explorer(name: str, attempts: int = 6):
     check.on_click(on_check)
     box = widgets.VBox([widgets.HBox([attempt, guess, check]), verdict, output])
     box.attempt, box.guess, box.check, box.verdict, box.output = attempt, guess, check, verdict, output
-    return box
+    return with_text(box, lambda: f"practice draw {attempt.value}: {html_text(verdict.value)}"
+                              " (choose draws and check guesses in JupyterLab)")
 
 
 # ----- for the grader, the unit tests and the instructor (switched off while learner code runs) ----
@@ -548,3 +550,18 @@ def _package_checks() -> tuple:
 
 
 PACKAGE_CHECKS = _package_checks()
+
+
+def switched_off_names() -> list[str]:
+    """Everything switched off while a capstone answer is graded (``SWITCHED_OFF + PACKAGE_CHECKS``),
+    each once, sorted: ``module.qualname``, or ``FAMILIES['family'].show`` for a view or symptom
+    made inside this module (a view several families share is listed under the first)."""
+    by_family = {}
+    for fam in FAMILIES.values():
+        by_family.setdefault(fam.symptom, f"FAMILIES[{fam.name!r}].symptom")
+        by_family.setdefault(fam.show, f"FAMILIES[{fam.name!r}].show")
+    names = []
+    for f in SWITCHED_OFF + PACKAGE_CHECKS:
+        qualname = getattr(f, "__qualname__", repr(f))
+        names.append(by_family[f] if "<locals>" in qualname and f in by_family else f"{f.__module__}.{qualname}")
+    return sorted(set(names))

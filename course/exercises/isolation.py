@@ -81,7 +81,8 @@ _addaudithook, _getframe = sys.addaudithook, sys._getframe
 _Thread = threading.Thread
 _dumps, _loads = json.dumps, json.loads
 _FunctionType, _ModuleType = types.FunctionType, types.ModuleType
-_isinstance, _type, _getattr = isinstance, type, getattr
+_isinstance, _type, _getattr, _tuple = isinstance, type, getattr, tuple
+_modules = sys.modules
 
 from . import pristine as _pristine  # noqa: E402
 
@@ -586,16 +587,24 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             # hidden draws are made only now, sealed, on what was just put back: before the fork
             # their answers existed nowhere in this process tree but in the test's own source
             cases = [_realized(c) for c in cases]
-            # each case under a random slot, in the order of the slots: the worker thread (whose
-            # target any code can reach) holds no index that says where a case came from
+            # this frame (which no learner code can open) keeps every case, its fields and its
+            # parts' generators alive: whatever learner code drops, nothing of a draw is freed, so
+            # no reference count changes to say which function a part held
+            held = _tuple(_hold(c) for c in cases)
+            # each case under a random slot, in the order of the slots
             slots = [_urandom(8).hex() for _ in cases]
-            shuffled = sorted(zip(slots, cases), key=lambda sc: sc[0])
+            shuffled = _tuple(sorted(zip(slots, cases), key=lambda sc: sc[0]))
             del cases
             results: dict = {}
-            worker = _Thread(target=_work, args=(fn, shuffled, encode, rejects, results, state), daemon=True)
+            # the worker thread's own target and arguments are reachable by any code
+            # (threading.current_thread()): they hold only an empty box once the worker has
+            # taken its work into its frame's locals
+            job = [(fn, shuffled, encode, rejects, results, state)]
+            worker = _Thread(target=_take_and_work, args=(job,), daemon=True)
             del shuffled
             worker.start()
             worker.join()
+            del held
             stream.flush()
             payload = _dumps({"token": token, "results": [
                 {"value": results[s].value} if results[s].error is None else {"error": results[s].error}
@@ -668,6 +677,17 @@ def _realized(case):
     made now, without its answer stored anywhere; any other case as it is."""
     realize = _getattr(_type(case), "_course_realize", None)
     return realize(case)[0] if realize is not None and _type(case).__module__ == "course.exercises.mystery" else case
+
+
+def _hold(case) -> tuple:
+    """What the child keeps alive for ``case`` (``course.exercises.mystery._held``)."""
+    held = _getattr(_modules.get("course.exercises.mystery"), "_held", None)
+    return held(case) if held is not None else (case,)
+
+
+def _take_and_work(job: list) -> None:
+    work = job.pop()  # the box the thread object holds is empty before any learner code runs
+    _work(*work)
 
 
 def _work(fn, shuffled, encode, rejects, results, state) -> None:

@@ -59,16 +59,30 @@ class NotOpaque(ValueError):
     """The bug changes a setting that ``draw`` cannot move into a part."""
 
 
-def _holder(fn: Callable):
+_OPEN = TypeError("a mystery part cannot be opened, closed or thrown into: call it")
+
+
+def _holder(fn: Callable, owner):
     """A suspended generator that calls ``fn`` with what it is sent: the only reference to ``fn``
     is a local of its frame, which CPython hands out only through audited routes (``gi_frame``,
     the garbage collector), the routes a graded call's process refuses (``course.exercises.isolation``).
-    Arguments that do not fit ``fn`` raise one TypeError that names no function."""
+    Arguments that do not fit ``fn`` raise one TypeError that names no function. While its ``Part``
+    (``owner``, a weak reference) lives, ``close()`` and ``throw()`` are refused and the frame stays:
+    a frame let go would drop its reference to ``fn``, and the change of ``fn``'s reference count
+    would say which function it held."""
     try:
         bind = _signature(fn).bind
     except (TypeError, ValueError):
         bind = None
-    request = yield
+    while True:
+        try:
+            request = yield
+            break
+        except GeneratorExit:
+            if owner() is None:
+                return
+        except BaseException:  # noqa: BLE001
+            pass
     while True:
         args, kwargs = request
         del request
@@ -83,11 +97,21 @@ def _holder(fn: Callable):
         except BaseException as err:  # noqa: BLE001  (handed to the caller, with no trace inside)
             answer = (False, err.with_traceback(None))
         del args, kwargs
-        request = yield answer
+        while True:
+            try:
+                request = yield answer
+                break
+            except GeneratorExit:
+                if owner() is None:  # the part is gone: this is the garbage collector finishing it
+                    return
+                answer = (False, _OPEN)  # close() by anyone else: refused (RuntimeError to the caller)
+            except BaseException:  # noqa: BLE001  (throw(): refused, the frame stays)
+                answer = (False, _OPEN)
         answer = None
 
 
 _HOLDER_CODE = _holder.__code__
+_part_generator = None  # Part's slot getter, bound below: the grader keeps a draw's generators alive
 
 
 class Part:
@@ -99,10 +123,10 @@ class Part:
     part is immutable, so a copy or a deep copy is the same part. It is not re-entrant (a part
     whose function calls the same part raises ValueError); no pipeline part does."""
 
-    __slots__ = ("__gen",)
+    __slots__ = ("__gen", "__weakref__")
 
     def __init__(self, fn: Callable):
-        gen = _holder(fn)
+        gen = _holder(fn, weakref.ref(self))
         next(gen)
         self.__gen = gen
 
@@ -123,6 +147,19 @@ class Part:
 
     def __reduce__(self):
         raise TypeError("a mystery part cannot be pickled")
+
+
+_part_generator = Part.__dict__["_Part__gen"].__get__
+
+
+def _held(case) -> tuple:
+    """What a graded call's process keeps alive for a case while learner code runs: the case, a
+    pipeline's fields, and each part's generator (so nothing of a draw is freed, and no reference
+    count changes, whatever learner code drops, resets or closes)."""
+    if type(case) is not Pipeline:
+        return (case,)
+    fields = tuple(_fields_of(case).values())
+    return (case, fields, tuple(_part_generator(v) for v in fields if type(v) is Part))
 
 
 # ----- defaults for the parts a plain Pipeline leaves as None -------------------------------------
@@ -449,8 +486,9 @@ def plain_pipeline(fixed) -> Pipeline:
 
 def _not_a_pipeline(fixed) -> str:
     kind = type(fixed)
-    what = f"{kind.__name__}, a subclass of Pipeline (return pipe.replace(...) itself)" \
-        if issubclass(kind, Pipeline) else kind.__name__
+    name = _class_name(kind, type)  # past any metaclass
+    what = f"{name}, a subclass of Pipeline (return pipe.replace(...) itself)" \
+        if Pipeline in _class_mro(kind, type) else name
     return f"a fix must return a Pipeline (pipe.replace(part=...)), not {what}"
 
 
@@ -497,6 +535,10 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
         finally:
             _SECRETS.update(hidden)
         problems = []
+        if type(fixed) is Pipeline:
+            # read once, at once: whatever an object of the fix does later (a hook run while it is
+            # described, object.__setattr__ on the frozen pipeline) changes nothing that is checked
+            fixed = Pipeline(**_fields_of(fixed))
         if fix_signature(pipe, fixed) != apart:
             problems.append("your fix chose differently in the kernel than in the copy of the kernel "
                             "where it was graded; a fix must depend only on the pipeline it is given (not on "
@@ -504,7 +546,6 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
         elif type(fixed) is not Pipeline:
             problems.append(_not_a_pipeline(fixed))
         else:
-            fixed = plain_pipeline(fixed)
             problems = kept_problems(pipe, fixed, allowed)
         if not problems:
             with captured_warnings():
@@ -518,18 +559,66 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
 
 def fix_signature(original: Pipeline, fixed) -> dict:
     """What a fix did to ``original``, as JSON data: for each field of ``fixed`` that is not the same
-    object as ``original``'s, a description of its new value (a setting's repr, ``None``, a function
-    or class by module and name, a function made in the notebook by its name and code, another
-    object by its type). Equal signatures: the same fields changed to the same kinds of value."""
+    object as ``original``'s, a description of its new value (a plain setting's repr, ``None``, a
+    function or class by module and name, a function made in the notebook by its name and code,
+    another object by its type). Equal signatures: the same fields changed to the same kinds of
+    value. Nothing of the new values runs while they are described: only ``type()`` and the
+    attributes of functions and classes that CPython stores (no ``__getattr__``, ``__repr__`` or
+    metaclass of a returned object is called)."""
     if type(fixed) is not Pipeline:
-        return {"not_a_pipeline": type(fixed).__qualname__}
+        return {"not_a_pipeline": _type_name(type(fixed))}
     out = {}
     old, new = _fields_of(original), _fields_of(fixed)
     for name, value in new.items():
         if value is old[name]:
             continue
-        out[name] = _describe(value) if name in PART_FIELDS else {"setting": repr(value)}
+        out[name] = _describe(value) if name in PART_FIELDS else {"setting": _plain_repr(value)}
     return out
+
+
+_type_dict = type.__dict__
+_class_module, _class_qualname = _type_dict["__module__"].__get__, _type_dict["__qualname__"].__get__
+_class_name, _class_mro, _class_vars = _type_dict["__name__"].__get__, _type_dict["__mro__"].__get__, \
+    _type_dict["__dict__"].__get__
+
+
+def _type_name(kind: type) -> str:
+    """``kind``'s qualified name, read past any metaclass."""
+    return _class_qualname(kind, type)
+
+
+def _class_id(kind: type) -> list:
+    """[module, qualname] of a class, read past any metaclass (a module that is not a str reads "?")."""
+    module = _class_module(kind, type)
+    return [module if type(module) is str else "?", _class_qualname(kind, type)]
+
+
+def _plain_repr(value):
+    """A setting's description: the repr of a plain value (bool, int, float, str, None, a tuple or a
+    course dataclass of them), else the class of the object; no method of the value runs."""
+    kind = type(value)
+    if kind in (bool, int, float, str, type(None)):
+        return repr(value)
+    if kind is tuple:
+        return [_plain_repr(v) for v in value]
+    if dataclasses.is_dataclass(kind) and _class_id(kind)[0].startswith("course."):
+        return {f.name: _plain_repr(_getattribute(value, f.name)) for f in dataclasses.fields(kind)}
+    return {"object": _class_id(kind)}
+
+
+def _lookup(module: str, qualname: str):
+    """The object a module's dict holds under ``qualname`` (dotted through classes' own dicts), or
+    None: no module ``__getattr__`` or class attribute hook runs."""
+    target = sys.modules.get(module)
+    if type(target) is not types.ModuleType:
+        return None
+    space = vars(target)
+    for piece in qualname.split("."):
+        target = dict.get(space, piece) if type(space) is dict else space.get(piece)
+        if target is None:
+            return None
+        space = _class_vars(target, type) if type(target) is type else {}
+    return target
 
 
 def _describe(value) -> dict:
@@ -538,13 +627,19 @@ def _describe(value) -> dict:
 
     if value is None:
         return {"none": True}
-    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
-    target = sys.modules.get(module) if isinstance(module, str) else None
-    for piece in (qualname or "<>").split("."):
-        target = getattr(target, piece, None)
-    if target is value:
-        return {"ref": [module, qualname]}
-    if isinstance(value, types.FunctionType):
-        return {"function": [module, qualname], "code": hashlib.sha256(marshal.dumps(value.__code__)).hexdigest()}
     kind = type(value)
-    return {"object": [kind.__module__, kind.__qualname__]}
+    if kind is types.FunctionType or kind is types.BuiltinFunctionType:
+        module, qualname = value.__module__, value.__qualname__  # what CPython stores: no hook runs
+        module = module if type(module) is str else "?"
+        qualname = qualname if type(qualname) is str else "?"
+        if _lookup(module, qualname) is value:
+            return {"ref": [module, qualname]}
+        if kind is types.FunctionType:
+            return {"function": [module, qualname], "code": hashlib.sha256(marshal.dumps(value.__code__)).hexdigest()}
+        return {"object": _class_id(kind)}
+    if kind is type:
+        module, qualname = _class_id(value)
+        if _lookup(module, qualname) is value:
+            return {"ref": [module, qualname]}
+        return {"class": [module, qualname]}
+    return {"object": _class_id(kind)}

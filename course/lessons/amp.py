@@ -75,7 +75,7 @@ def scaled_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler
 
 def toy_problem(seed: int, poison: bool = False, dim: int = 6):
     """A linear model, plain SGD (lr 1) and a loss whose gradient has a known global norm; with
-    ``poison`` one input is inf, so the gradient holds inf and NaN. Returns (model, optimizer, loss)."""
+    ``poison`` one input is inf, so the loss and the gradient hold an inf. Returns (model, optimizer, loss)."""
     g = torch.Generator().manual_seed(seed)
     model = torch.nn.Linear(dim, 1, bias=False)
     with torch.no_grad():

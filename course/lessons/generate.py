@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from ..reference.parts import _check_args, generate, sample_next  # noqa: F401  (the pipeline's generate part)
 from ..reference.data import MarkovLanguage
+from ..toolkit.textview import html_text, with_text
 from ..toolkit.batch import IGNORE, Batch, next_token_batch
 
 CACHE_TOLERANCE = 1e-4  # max |cached - recomputed| logit accepted: float32 rounding is ~1e-6 here
@@ -146,7 +147,7 @@ def sampler_error(generate_fn, logits: torch.Tensor, temperature: float, top_k: 
     at most sqrt(0.25/n) ≈ 0.0079 at n = 4000 (p = 0.5). That is one standard error, not a bound: the
     max over tokens is often one to three of them. A threshold should be several standard errors;
     the course's 0.03 at n = 4000 is about 3.8 (under a normal approximation one token exceeds it with
-    probability about 1.4e-4)."""
+    probability about 1.5e-4)."""
     model = FixedLogits(logits)
     out = generate_fn(model, torch.zeros(n, 1, dtype=torch.long), 1, temperature=temperature, top_k=top_k, seed=seed)
     scaled = torch.as_tensor(logits, dtype=torch.float64) / temperature
@@ -169,8 +170,8 @@ def cache_gap(generate_fn, model, prompt: torch.Tensor, n: int) -> torch.Tensor:
 
 def consistency_problems(pipe, model=None, seed: int = 0) -> list[str]:
     """The generation checks on ``pipe.generate`` (and ``pipe.build_model``'s mask): an empty list
-    when every one passes. ``model`` (any trained TinyGPT) sharpens the sampler check; by default a
-    freshly initialised model of the pipeline is used for the cache checks."""
+    when every one passes. ``model`` (any trained TinyGPT) is used for the cache checks; by default a
+    freshly initialised model of the pipeline is (the sampler check uses fixed logits either way)."""
     problems = []
     fresh = pipe.build_model(seed)
     vocab = fresh.cfg.vocab_size
@@ -192,7 +193,8 @@ def consistency_problems(pipe, model=None, seed: int = 0) -> list[str]:
 # ----- scoring generated text under the true chain -------------------------------------------------
 @dataclass(frozen=True)
 class ChainScore:
-    """Generated text under the true chain: ``nll`` per generated symbol token (nats; the chain's
+    """Generated text under the true chain: ``nll`` per scored token (nats; a special token before
+    the first EOS counts at ``min_prob``; the chain's
     ``entropy_rate`` is what its own samples score on average), how many were scored, the share of
     generated tokens that were EOS, and the share of rows that stopped (emitted EOS)."""
 
@@ -204,9 +206,10 @@ class ChainScore:
 
 def chain_score(lang: MarkovLanguage, tokens: torch.Tensor, prompt_len: int, min_prob: float = 1e-9) -> ChainScore:
     """Score the tokens after ``prompt_len`` (prompt_len >= 2) of each row under ``lang``'s
-    transition matrix, up to the row's first EOS. A special token (PAD, or EOS inside the two-token
-    context) ends the row; a probability below ``min_prob`` counts as ``min_prob`` (at most
-    -ln(1e-9) = 20.7 nats per token)."""
+    transition matrix, up to the row's first EOS (which ends the row, unscored). Any other special
+    token (PAD, or EOS inside the two-token context) is scored at ``min_prob`` and scoring goes on;
+    a probability below ``min_prob`` also counts as ``min_prob`` (at most -ln(1e-9) = 20.7 nats per
+    token)."""
     if prompt_len < 2:
         raise ValueError("chain_score needs two prompt tokens of context")
     S = lang.n_symbols
@@ -335,7 +338,8 @@ def temperature_explorer(results: dict, entropy_rate: float, greedy_nll: float):
     draw(slider.value)
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    return box
+    return with_text(box, lambda: f"{slider.description} {slider.value}: {html_text(summary.value)}"
+                              " (move the slider in JupyterLab for the rest)")
 
 
 # ----- grading a generator -------------------------------------------------------------------------

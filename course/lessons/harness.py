@@ -1,7 +1,8 @@
 """A small evaluation harness in the style of lm-evaluation-harness, on a task with known answers
 (notebook 09).
 
-**The text.** The Markov language of ``course.reference.data`` written out as words: each of its 16 symbols is
+**The text.** A first-order Markov chain over words (``WordChain``, defined here; not the second-order
+language of ``course.reference.data``): each of its 16 symbols is
 a pseudo-word (``WORDS``; every word starts with its own letter, so no word is a prefix of another),
 words are joined by one space, documents by a newline. A ``TinyGPT`` over word-level tokens (``VOCAB``:
 each word with and without its leading space, as a BPE tokenizer would have it) is trained on
@@ -59,6 +60,7 @@ import torch.nn.functional as F
 
 from ..reference.parts import (WORDS, choice_length, pick_fewshot, plain_template, render,  # noqa: F401
                                score_continuations, truncate_left, with_delimiter)  # the pipeline's harness stages
+from ..toolkit.textview import html_text, with_text
 from ..toolkit.baselines import entropy
 from ..reference.model import ModelConfig, TinyGPT
 
@@ -590,4 +592,5 @@ def fewshot_explorer(by_k: dict, n_ctx: int, cut: dict | None = None):
     update()
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    return box
+    return with_text(box, lambda: f"{slider.description} {slider.value}: {html_text(summary.value)}"
+                              " (move the slider in JupyterLab for the rest)")

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..toolkit.textview import html_text, with_text
 from ..toolkit.batch import next_token_batch
 from ..toolkit.phases import PHASES, CostModel, charge, eval_on_schedule, log_nothing, no_checkpoint
 from ..reference.pipeline import Pipeline
@@ -509,4 +510,5 @@ def interval_explorer(traces: dict):
     update()
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    return box
+    return with_text(box, lambda: f"{slider.description} {slider.value}: {html_text(summary.value)}"
+                              " (move the slider in JupyterLab for the rest)")

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ..toolkit.textview import html_text, with_text
 from ..toolkit.batch import Batch
 from ..reference.data import MarkovLanguage
 from ..reference.pipeline import Pipeline, _language, _windows, set_eval_mode
@@ -440,4 +441,5 @@ def gap_explorer(runs: dict, floor: float, steps_times_batch: int | None = None)
     update()
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    return box
+    return with_text(box, lambda: f"{slider.description} {slider.value}: {html_text(summary.value)}"
+                              " (move the slider in JupyterLab for the rest)")

@@ -132,7 +132,8 @@ class TinyGPT(nn.Module):
 
     Generation passes ``caches=model.new_cache()`` and ``start`` (the absolute position of
     ``ids[:, 0]``); with a cache, ``forward`` sees only the new tokens and reuses stored keys and
-    values, and must return exactly what a full recompute would.
+    values, and must return what a full recompute would: the same at the prefill, equal to float32
+    rounding after it (the order of the additions differs).
     """
 
     def __init__(self, cfg: ModelConfig):

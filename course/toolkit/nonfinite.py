@@ -444,6 +444,8 @@ def tree_widget():
     """
     import ipywidgets as widgets
 
+    from .textview import with_text
+
     when = widgets.Dropdown(options=WHEN, value=WHEN[0], description="when")
     stage = widgets.Dropdown(options=STAGES, value="loss", description="first bad")
     out = widgets.Output(layout={"border": "1px solid #ccc", "padding": "4px"})
@@ -457,15 +459,7 @@ def tree_widget():
     show()
     box = widgets.VBox([widgets.HBox([when, stage]), out])
     box.when, box.stage, box.out = when, stage, out
-    widget_bundle = box._repr_mimebundle_
-
-    def bundle(**kwargs):  # where no live frontend draws widgets (a saved notebook, a terminal): the text
-        data = widget_bundle(**kwargs)
-        data["text/plain"] = f"when: {when.value}, first bad: {stage.value}\n{output_text(out)}"
-        return data
-
-    box._repr_mimebundle_ = bundle
-    return box
+    return with_text(box, lambda: f"when: {when.value}, first bad: {stage.value}\n{output_text(out)}")
 
 
 def output_text(out) -> str:

@@ -34,7 +34,7 @@
 # never) scores nothing. While your code is graded, the package functions that would do the exercise
 # for you (here `course.toolkit.checks.update_report` and `course.reference.diagnose.training_moves`, their private
 # helpers, and the functions that draw and reveal mysteries) are switched off: call them and the test
-# fails. Each graded call of your function runs in a copy of the kernel from which the mystery's
+# fails. Each graded call of your function on a pipeline runs in a copy of the kernel from which the mystery's
 # answer and the test's expected values have been removed: test the pipeline you are given. (To
 # debug your function, call it in a cell of its own: a debugger does not run inside a graded call.)
 # A warning your code triggers is printed, never held against you. Do not delete or edit the test cells. Before you submit, press *Validate* in the
@@ -246,7 +246,10 @@ plt.show()
 # Now nobody tells you the bug. `mystery` below is a pipeline drawn by seed from the *no-updates*
 # family of bugs, or healthy. It is **opaque**: every part is a `<part>` that says nothing about what it
 # does, and its settings (`mystery.lr`, `mystery.clip`, ...) are the healthy ones, so reading them
-# tells you nothing. The only way in is to *call* its parts and watch what they do. It is a smaller
+# tells you nothing. A bug that a plain pipeline would show as a wrong setting (a learning rate of 0, a
+# clip threshold of 0) is carried by a part in a mystery: `mystery.lr` reads healthy while the part
+# builds the optimizer with the wrong value, so a fix replaces the part, never the setting. The only
+# way in is to *call* its parts and watch what they do. It is a smaller
 # recipe than the one above (one layer, 16-token windows, batches of 16), so a run takes a fraction of
 # a second.
 #
@@ -320,7 +323,7 @@ for name in step.before:
 
 # %% [markdown]
 # Is the flat loss itself a good enough test? One bug of the family leaves a single tensor out of the
-# optimizer: the token embedding. Everything else still learns.
+# optimizer: the token embedding.
 
 # %% tags=["demo"]
 prediction = None  # your guess: with the token embedding left out of the optimizer, is the 40-step loss stuck by loss_is_stuck's rule (True/False)?
@@ -343,9 +346,10 @@ print("tensors that one step leaves in place:", in_place)
 # Write `detect(pipe) -> bool`: `True` when one training step of `pipe` leaves **at least one** of the
 # model's parameter tensors where it was, `False` when every tensor moves.
 #
-# * "Where it was" must tolerate rounding: AdamW divides each step by the gradient's own scale, so a
-#   pipeline whose gradients are scaled to almost nothing can still move some parameters by a
-#   rounding error, far below the learning rate that a healthy step moves every tensor by (printed
+# * "Where it was" must tolerate tiny moves: AdamW divides each step by the root of its running mean
+#   of squared gradients plus `eps` (1e-8), so when the gradients are scaled to almost nothing `eps`
+#   dominates and a step moves a parameter by about `lr x |g| / eps` (some by nothing at all, lost to
+#   rounding), far below the learning rate that a healthy step moves every tensor by (printed
 #   above). Count a tensor as moved when its largest absolute change is above a threshold of your
 #   choice between `1e-6` and `1e-4`.
 # * It is graded on healthy draws (must be `False`) and broken ones (must be `True`), with other
@@ -561,11 +565,13 @@ plt.show()
 # the *result*. Write `diagnosis_record(pipe)`: return a `Diagnosis` of your investigation of `pipe`,
 # whose `result` is the part your test found broken, one of `ANSWERS` (exactly that string).
 #
-# The record must come from the investigation, not from memory: it is graded on your mystery and on
-# fresh draws you have not seen, so a `result` typed in as a constant cannot pass. Its form is checked
-# by `Diagnosis.problems()`: every line in words (two or more), two different hypotheses, a
-# prediction that says what the test shows under your hypotheses (it shares a word with one), and a
-# test that is the one they are about (it shares a word with them). Your own words are fine.
+# The record must come from the investigation, not from memory: it is graded on the mystery of
+# `MYSTERY_SEED = 6` (keep that seed for grading) and on fresh draws you have not seen, so a `result`
+# typed in as a constant cannot pass. Its form is checked by `Diagnosis.problems()`: the symptom, the
+# test, the prediction and each hypothesis in words (two or more; the result may be one name), two
+# different hypotheses, a prediction that says what the test shows under your hypotheses (it shares
+# a word of four or more letters with one), and a test that is the one they are about (it shares
+# such a word with a hypothesis or the prediction). Your own words are fine.
 
 # %% nbgrader={"grade": false, "grade_id": "diagnosis_record", "locked": false, "schema_version": 3, "solution": true}
 from course.exercises.record import Diagnosis
@@ -649,7 +655,8 @@ widgets.interact(show, name=choice);
 #   only *some* tensors in place: the rest still learn and the loss still falls.
 # * The one-step update test proves whether each tensor changed. A tensor that changes is not proof
 #   of learning: a wrong target would change it too. One step of AdamW moves parameters by about the
-#   learning rate whatever the gradient's size, so it cannot tell a well-scaled gradient from a noisy
+#   learning rate whatever the gradient's size (as long as the gradient is far above Adam's `eps`), so
+#   it cannot tell a well-scaled gradient from a noisy
 #   one.
 # * Naming the part proves where the update is lost, for the four parts we checked; a bug elsewhere
 #   (the loss, the data) needs its own test, which is what the later notebooks are about.

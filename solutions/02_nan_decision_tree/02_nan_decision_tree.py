@@ -62,6 +62,14 @@ for name, run in runs.items():
           f"loss at each step: {[f'{x:.3g}' for x in h['loss']]}")
 
 # %% [markdown]
+# **Predict.** The second run uses AdamW with a huge learning rate. Does its parameter norm grow
+# *geometrically* (the same factor each step, as gradient descent on a quadratic does) or
+# *additively* (about the same increase each step)?
+
+# %% tags=["demo"]
+prediction = None  # your guess: "geometric" or "additive"
+
+# %% [markdown]
 # The second run's configured learning rate is 1e5 (a lost minus sign), but the loop's telemetry
 # records the rate each step actually **used**: the warm-up ramps it up from a fraction of that.
 # Its parameter norm grows until the run stops; over the same steps a healthy run's barely moves. The
@@ -83,14 +91,6 @@ ax.legend(fontsize=7)
 plt.show()
 
 # %% [markdown]
-# **Predict.** This run uses Adam with a huge learning rate. Does its parameter norm grow
-# *geometrically* (the same factor each step, as gradient descent on a quadratic does) or
-# *additively* (about the same increase each step)?
-
-# %% tags=["demo"]
-prediction = None  # your guess: "geometric" or "additive"
-
-# %% [markdown]
 # The ratio of each step's parameter norm to the previous one, and the increase, say which:
 
 # %% tags=["demo"]
@@ -103,8 +103,11 @@ for s in range(1, len(norms)):
         print(f"{s:5d} {used[s]:9.4g} {norms[s]:12.4g}   (non-finite: the run stops)")
 finite = [n for n in norms if math.isfinite(n)]
 ratios = [b / a for a, b in zip(finite, finite[1:])]
-reveal("the ratio to the previous step: first, last (a constant ratio is geometric)", prediction,
-       f"{ratios[0]:.3f}, {ratios[-1]:.3f}")
+increases = [b - a for a, b in zip(finite, finite[1:])]
+verdict = "geometric" if max(ratios) < 1.1 * min(ratios) else "not geometric"
+reveal("the growth of the parameter norm", prediction,
+       f"{verdict}: the ratio falls from {ratios[0]:.2f} to {ratios[-1]:.2f}, the increase per step stays "
+       f"between {min(increases):.2g} and {max(increases):.2g}")
 
 # %% [markdown]
 # Not geometric: the ratio falls towards 1 while the increase per step stays of the same order, even
@@ -269,9 +272,10 @@ for _scale in (1.0, 1e3, 1e5):
 # %% [markdown]
 # ## Counterexample 2: what anomaly mode catches, and what it misses
 #
-# `torch.autograd.detect_anomaly(check_nan=True)` raises when a backward function *returns NaN*, and
-# names the forward op that made it. Two backward passes at `x = 0`: `x / x` (0/0) and `sqrt(x)`
-# (whose derivative `1 / (2 sqrt(x))` is `1/0` there).
+# `torch.autograd.detect_anomaly(check_nan=True)` checks what each backward function returns, and
+# its warning on stderr carries the traceback of the forward op that made a bad value (silenced in
+# the cell below; the error names the backward function). Two backward passes at `x = 0`: `x / x` and
+# `sqrt(x)`.
 #
 # **Predict**: for each, does anomaly mode raise, and if not, what is `x.grad`?
 
@@ -282,6 +286,7 @@ prediction = None  # your guess: (0/0: "raises" or a gradient, sqrt(0): "raises"
 import warnings
 
 warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")  # torch's notice, at every entry
+warnings.filterwarnings("ignore", message="Error detected in")  # the forward traceback it adds; the error says enough
 x = torch.zeros(1, requires_grad=True)
 try:
     with torch.autograd.detect_anomaly(check_nan=True):
@@ -296,9 +301,10 @@ sqrt_result = f"no error, gradient {x.grad.item()}"
 reveal("anomaly mode on backward at x = 0: (0/0, sqrt(0))", prediction, (div_result, sqrt_result))
 
 # %% [markdown]
-# The 0/0 is caught; the `sqrt(0)` gradient is inf, and an inf gradient is not a NaN: no error.
+# The 0/0 is caught. The derivative of `sqrt` at 0, `1 / (2 sqrt(0))`, is `1/0 = inf`, and anomaly mode
+# raises on NaN only: an inf gradient passes without an error.
 #
-# ## Counterexample 3: `torch.where` does not stop the gradient of the branch it did not pick
+# ## Counterexample 3: a `torch.where` guard
 #
 # `torch.where(p > 0, p.log(), 0)` has a finite value everywhere, `p = 0` included.
 #
@@ -395,9 +401,9 @@ fine = torch.tensor([1.0 + 2**-10, 257.0])
 print(f"1 + 2^-10 and 257 in fp16: {fine.half().float().tolist()}, in bf16: {fine.bfloat16().float().tolist()}")
 
 # %% [markdown]
-# A value a little past fp16's largest still rounds down to it; past the halfway point to the next
-# (unrepresentable) step it rounds to inf: the reveal above shows which side each value fell on, and
-# bf16 keeps all of them finite but far from exact. A product that fits float32 easily overflows in fp16: the catalogue's `loss-scaled-in-fp16` multiplies an fp16 loss by a static
+# A value a little past fp16's largest still rounds down to it; at or past the halfway point to the
+# next (unrepresentable) step, 65520, it rounds to inf: the reveal above shows which side each value
+# fell on. bf16 keeps 60000, 70000 and 1e6 finite, rounded coarsely (in steps of 256 near 60000). A product that fits float32 easily overflows in fp16: the catalogue's `loss-scaled-in-fp16` multiplies an fp16 loss by a static
 # loss scale of 2^16.
 
 # %% tags=["demo"]
@@ -557,11 +563,11 @@ print(f"locator: {found} ({when_of(found.step, found.stage)})")
 print(f"locator, clip 1e-3 instead of {typo_pipe.clip}: {locate(typo_pipe.replace(clip=1e-3))}")
 
 # %% [markdown]
-# The fix at the right depth restores the learning rate that was meant (1e-5: the exponent's minus
-# sign). Re-run with the same locator over the same 20 steps:
+# The fix at the right depth puts back the recipe's learning rate (`pipe.lr`, 1e-2; the typo wrote
+# 1e5 where an exponent's minus sign was lost). Re-run with the same locator over the same 20 steps:
 
 # %% tags=["demo"]
-fixed_lr = typo_pipe.replace(lr=1e-5)
+fixed_lr = typo_pipe.replace(lr=pipe.lr)
 print(f"locator, LR {fixed_lr.lr:g}: {locate(fixed_lr)}")
 
 # %% [markdown]
@@ -901,13 +907,14 @@ _mystery.check_fix(fix, [_mystery.hidden(b, 30 + i, _SET.base, _salt) for i, b i
 #   updates" does not prove it is: rerun the failing step from the last good state at a lower rate.
 # * A parameter norm that grows for several steps before the NaN fits a too-large learning rate; under
 #   Adam it grows roughly additively, so a constant growth factor is not the thing to look for.
-# * A stable loss equal to `F.cross_entropy` on ordinary logits and finite on (1000, -1000) proves the
-#   loss is not the source of an overflow; it says nothing about where the logits came from.
+# * A stable loss equal to `F.cross_entropy` on ordinary logits and finite on (1000, -1000) is evidence that the
+#   loss is not the source of an overflow on such inputs (evidence, not proof: a batch with every target
+#   `IGNORE` still gives 0/0); it says nothing about where the logits came from.
 # * Anomaly mode proves which backward op first returned NaN; silence does not prove the gradients are
 #   finite (inf passes, as `sqrt(0)` showed).
 # * A finite forward pass proves nothing about the backward pass (`torch.where`).
-# * Clipping with the default settings hides nothing and repairs nothing: non-finite gradients become
-#   NaN (and finite ones 0). `error_if_nonfinite=True` turns that into an error you can catch.
+# * Clipping with the default settings hides nothing and repairs nothing: with a NaN gradient every
+#   gradient becomes NaN; with an inf, the finite gradients become 0 and the inf one NaN. `error_if_nonfinite=True` turns that into an error you can catch.
 # * The quadratic proves when a fixed step size diverges on one curvature; a network has many
 #   curvatures that change as it trains, so the bound is a picture, not a number to compute.
 # * Your mystery `detect` proves a pipeline goes non-finite within `HORIZON` steps at one seed; a

@@ -154,8 +154,7 @@ reveal("the phase the lost time lives in", prediction, ", ".join(symptom_found) 
 # ## Closing the loop
 #
 # The data phase is slow from one step on. In a real job the fix at the right depth is in the data
-# source (prefetching, a healthy server). Changing the batch would move the dashboard without touching
-# the stall, which costs the same time per batch whatever the batch holds.
+# source (prefetching, a healthy server). What would a change of batch size do?
 #
 # **Predict.** The stalled run with batches of 32 windows instead of 16: do its tokens/s once
 # stalled go up, stay, or go down? And does the regression check still report the data phase?
@@ -173,14 +172,17 @@ for batch_size in (8, 16, 32):
     print(f"batch {batch_size:>2}: {tokens_once_stalled[batch_size] / 1e3:5.1f}k tokens/s once stalled, "
           f"{statistics.median(throughput.tokens_per_second(healthy)) / 1e3:5.1f}k healthy;",
           "regressions:", throughput.regressions(stalled, healthy))
-reveal("tokens/s once stalled, batch 32 over batch 16", prediction, round(tokens_once_stalled[32] / tokens_once_stalled[16], 2))
+ratio = tokens_once_stalled[32] / tokens_once_stalled[16]
+reveal("tokens/s once stalled at batch 32 against 16; the data phase still reported", prediction,
+       f"{'up' if ratio > 1.05 else 'down' if ratio < 0.95 else 'same'} (x{ratio:.2f}); "
+       f"{'data' in throughput.regressions(stalled, healthy)}")
 
 # %% [markdown]
-# A larger batch raises tokens/s: the stall is paid once per batch, so more tokens share it. The
-# check still reports the data phase, because the stall is still there; a dashboard of tokens/s alone
-# would call the larger batch a fix. A smaller model would do nothing here: under the cost model,
-# forward and backward cost per position whatever the model's width, and only the optimizer's cost
-# follows the parameter count. (On real hardware a narrower model computes faster, so the stall takes
+# A larger batch raises tokens/s: the stall costs the same time per batch, whatever the batch holds,
+# so more tokens share it. The check still reports the data phase, because the stall is still there;
+# a dashboard of tokens/s alone would call the larger batch a fix. A smaller model would barely change
+# tokens/s here and leave the stall: under the cost model, forward and backward cost per position
+# whatever the model's width, and only the optimizer's cost follows the parameter count. (On real hardware a narrower model computes faster, so the stall takes
 # a larger share of each step.) A lower learning rate would not change the speed at all. Here the fix
 # is to put the reference batch stream back (`batches=None`), and the same check, on a fresh seed,
 # must be quiet:
@@ -227,7 +229,7 @@ prediction = None  # your guess: the ratio (a number)
 # Four runs of 64 steps separate the causes. Beside the bug, each half of it alone: the same
 # `torch.save` without the sleep (`throughput.SaveWithoutDisk`), and the same sleep, for the bytes the
 # bug writes, without the save (`throughput.DiskWithoutSave`). The control saves nothing: its ratios
-# at the same step positions are the noise floor. `throughput.after_save` gives the medians of the
+# at the same step positions are one sample of how far such steps wander by chance. `throughput.after_save` gives the medians of the
 # saving steps, of the step after each, and of the others, with the others' quartiles.
 
 # %% tags=["demo"]
@@ -246,14 +248,15 @@ reveal("step after a save / other steps", prediction, round(bug["after"] / bug["
 
 # %% [markdown]
 # The save costs its own step (`saving/others`). For the step after it, read each row against the
-# control, not against 1: only the control says how far a few steps wander by chance (seven steps
-# follow a save). If the *disk only* row's `after/others` is above the control's, the next step pays
-# for the wait itself, since nothing was serialised and nothing was left to do. While the training
-# thread sleeps, its core is idle: the operating system may lower the core's clock or run another
-# process there, whose memory traffic evicts the model's weights from the caches, so the next step
-# starts on a slower, colder core. How large that is depends on the machine (a busy or power-saving
-# one more, a quiet one with a fixed clock less), so run the cell again before deciding. The *save
-# only* row shows what the serialisation leaves behind (memory to free, caches to refill). A real
+# control and against the others' quartiles, not against 1: seven steps follow a save, and one run of
+# the control is one sample of their chance. Run the cell a few times before deciding: from run to run
+# these ratios move by a tenth or more. If the *disk only* row's `after/others` stays above the
+# control's, the next step pays for the wait itself, since nothing was serialised and nothing was left
+# to do. A hypothesis for why, which this cell does not test: while the training thread sleeps its core
+# is idle, and the operating system may lower the core's clock or run another process there whose
+# memory traffic evicts the model's weights from the caches, so the next step starts on a slower,
+# colder core (a busy or power-saving machine more, a quiet one with a fixed clock less). The *save
+# only* row shows whether the serialisation itself leaves work behind (caches to refill). A real
 # `torch.save` to a file can leave more that this cell neither models nor measures: the operating
 # system writes the file's dirty pages back to disk after the call returns (competing for the disk
 # and memory bandwidth), a copy taken for the save holds memory until it is freed, and a save to a

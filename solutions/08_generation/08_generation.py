@@ -164,7 +164,7 @@ print(f"largest: {healthy_gap.max():.2e}; tolerance used in this notebook: {G.CA
 
 # %% [markdown]
 # A tolerance of 1e-4 sits well above that rounding (the ratio is printed above) and, as the next cell
-# shows, far below what a real bug moves.
+# shows, far below what the cache bugs move.
 #
 # **Predict.** With `kv-cache-not-appended` (the prompt's keys and values are kept, later appends are
 # dropped), at which generated step do the cached logits first leave the recompute? Step 0 is the
@@ -477,7 +477,9 @@ for name, p in mysteries.items():
 # approximation one frequency of a correct sampler *exceeds* it (a false alarm) with probability about
 # 1.5e-4 (two-sided) at p = 0.5, and any of 4 tokens with at most about 6e-4 (a union bound at
 # p = 0.5; frequencies away from 0.5 have smaller standard errors, so the real rate is far lower). The broken draws of Tests 1 to 3 move far more than that noise: the cache
-# gaps printed in Test 2 are of order 1 to 10 against rounding of order 1e-6, the mask-off
+# gaps printed in Test 2 are of order 1 to 10 on the trained model (smaller on an untrained
+# `pipe.build_model(0)`: measure them there before you choose your tolerance) against rounding of
+# order 1e-6, the mask-off
 # perturbation of Test 1 is about 1e+1 trained and 3e-2 untrained against 0, and the broken sampler's
 # max error in Test 3 is about 20 times the healthy one's (the ratio is printed there), some 7 times
 # the threshold. Graded like a test

@@ -10,7 +10,7 @@
 # # 10 · AMP and memory: fp16 NaNs, memory that grows
 #
 # **What you learn.**
-# * fp16 and bf16 are not two sizes of one thing: fp16 keeps precision and loses range (its largest
+# * fp16 and bf16 are not two sizes of one thing: fp16 has more precision than bf16 (11 significant bits) and far less range (its largest
 #   finite value is 65504), bf16 keeps practically float32's range and loses precision (8 significant bits).
 # * What autocast does on CPU with bf16 (matmuls in bf16, cross-entropy in float32, softmax and layer
 #   norm in their input's dtype), and why bf16 needs no scaler.
@@ -483,7 +483,7 @@ for lang in (0, 2, 7231):
 # wrong with it (the hidden test has one: this is a test of the overflow, not of every bug).
 # `amp.overflow_problems`, `amp.over_fp16`, `amp.reference_twin` and `mystery.reveal`/`draw`/`make`/
 # `touched` are switched off while it runs. Keep it to a second or so a call: a test cell has 120
-# seconds in all, and the hidden one calls your function 12 times.
+# seconds in all, and the test cell calls your function 13 times (7 of them in its hidden part).
 
 # %% nbgrader={"grade": false, "grade_id": "detect_fp16", "locked": false, "schema_version": 3, "solution": true}
 def detect_fp16(pipe):

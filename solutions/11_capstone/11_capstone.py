@@ -144,8 +144,7 @@ capstone.show(capstone.healthy_twin(mine))
 # `update_report`, the `course.toolkit.checks` probes (`future_sensitivity` among them), `spike_alerts`,
 # `throughput.slow_phase` and `regressions`, `eval_path_check`, `preflight`. Investigate with them in
 # your own cells; `my_diagnosis`, `my_family`, `detect` and `fix` run graded with them switched off,
-# so they must not call them. Print `capstone.SWITCHED_OFF + capstone.PACKAGE_CHECKS` for the complete
-# list.
+# so they must not call them. `capstone.switched_off_names()` lists them all, by module.
 #
 # ## 1. The diagnosis record
 #
@@ -156,7 +155,9 @@ capstone.show(capstone.healthy_twin(mine))
 # calls it in a separate copy of your kernel (a forked process) with the functions above switched off,
 # `capstone.show` and `draw_for` among them: inside it, experiment on your draw `mine` (the notebook's
 # global), not on a new `draw_for`, and print nothing you need `show` for. Graded:
-# the record's form (`Diagnosis.problems()` empty) and a family from the list (visible test), and,
+# the record's form (`Diagnosis.problems()` empty: every field in words, two different hypotheses, a
+# prediction that names a hypothesis and a test that names what they are about, by a shared word of
+# four or more letters) and a family from the list (visible test), and,
 # after your test in section 2, the family of your own draw, counted only together with a `detect`
 # that passes (hidden test).
 
@@ -307,8 +308,8 @@ reveal("detect on the healthy twin of your draw", prediction, detect(capstone.he
 # on your draw and passes on `capstone.healthy_twin(mine)`, replace one part at a time with its
 # reference (`Pipeline()`'s) and test again. Graded by behaviour: applied to your draw and to fresh draws of the same bug, the
 # fixed pipeline is trained or run, and your family's check (`capstone.FAMILIES[family].symptom`: for
-# most families the check its notebook graded its fix with) must find nothing, on its own default
-# seed (not the seed 0 of `show`). No stored number is compared.
+# most families the check its notebook graded its fix with) must find nothing, on its default
+# seed and on another (not the seed 0 of `show`). No stored number is compared.
 
 # %% nbgrader={"grade": false, "grade_id": "fix", "locked": false, "schema_version": 3, "solution": true}
 def fix(pipe):
