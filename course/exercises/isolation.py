@@ -33,7 +33,9 @@ submission registered one), and, in the child, before any learner code runs:
    until now), storing no answer: before the fork they existed nowhere;
 4. runs the calls in a fresh thread (whose stack holds none of the test's frames), in an order
    shuffled from ``os.urandom``, each from the same random state, so the position of a call says
-   nothing.
+   nothing; the thread's own arguments (reachable by any code) are an emptied box by then, and the
+   child's main frame keeps every case, its fields and its parts' generators alive, so learner code
+   can free nothing of a draw and no reference count changes to say which function a part held.
 
 Only plain data comes back, as JSON over a pipe, with a random token that no learner code can reach
 (it lives on the main thread's stack, and no route there is open): a bool, a string, a fix's
