@@ -388,12 +388,14 @@ def test_crash_mid_batch_is_visible_and_a_rerun_completes_it(toy_root, tmp_path)
     slow = root / "submitted" / "c" / A / "slow"
     slow.write_text("sleep in square")
     env = {k: v for k, v in os.environ.items() if k != database.ENV}
+    log = root / grade_class.REPORTS / f"{A}.logs" / "c.log"
+    log.unlink()  # the first run's log says "Autograding" too: wait for this run's, not that one
     proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
                              "--jobs", "1", "--students", "c"], cwd=grading.REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    log = root / grade_class.REPORTS / f"{A}.logs" / "c.log"
     deadline = time.time() + 120
-    while time.time() < deadline and not (log.exists() and "Autograding" in log.read_text()):
+    while time.time() < deadline and not (log.exists() and "Autograding" in log.read_text()
+                                          and report_of(root).get("c", {}).get("state") == "grading"):
         time.sleep(0.5)
     time.sleep(3)
     proc.send_signal(signal.SIGKILL)
