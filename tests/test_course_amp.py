@@ -96,13 +96,21 @@ def test_gpu_helpers_refuse_without_cuda():
             call()
 
 
-def test_snapshot_growth_reads_the_snapshot_format():
+def test_snapshot_growth_names_where_each_live_block_was_made_and_the_line_that_ran_it():
+    import sysconfig
+    stdlib = sysconfig.get_paths()["stdlib"] + "/runpy.py"
+    cpp = [{"filename": "??", "line": 0, "name": "c10::alloc"}, {"filename": "CUDACachingAllocator.cpp", "line": 0}]
     snap = {"segments": [{"blocks": [
-        {"state": "active_allocated", "size": 4096, "frames": [{"filename": "/x/site-packages/torch/a.py", "line": 1},
-                                                              {"filename": "/work/nb.py", "line": 7}]},
-        {"state": "active_allocated", "size": 1024, "frames": [{"filename": "/work/nb.py", "line": 7}]},
+        {"state": "active_allocated", "size": 4096,
+         "frames": cpp + [{"filename": "/x/site-packages/torch/nn/functional.py", "line": 1},
+                          {"filename": "/work/course/model.py", "line": 127}, {"filename": "/work/course/model.py", "line": 167},
+                          {"filename": "/tmp/ipykernel_1/42.py", "line": 9}, {"filename": stdlib, "line": 88}]},
+        {"state": "active_allocated", "size": 1024, "frames": [{"filename": "/work/course/model.py", "line": 127},
+                                                              {"filename": "/tmp/ipykernel_1/42.py", "line": 9}]},
+        {"state": "active_allocated", "size": 512, "frames": [{"filename": "/tmp/ipykernel_1/42.py", "line": 3}]},
+        {"state": "active_allocated", "size": 256, "frames": cpp},
         {"state": "inactive", "size": 10**9, "frames": []}]}]}
-    assert amp.snapshot_growth(snap) == [(5120, "nb.py:7")]
+    assert amp.snapshot_growth(snap) == [(5120, "model.py:127 <- 42.py:9"), (512, "42.py:3"), (256, "(no python frame)")]
 
 
 def test_precision_run_fp16_forward_overflow_with_and_without_a_scaler_on_cpu():

@@ -389,16 +389,31 @@ def phase_peaks(phases: dict) -> dict[str, dict[str, int]]:
     return out
 
 
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose files are Python's or an installed library's, not the learner's or the course's."""
+    import sysconfig
+    paths = sysconfig.get_paths()
+    return tuple({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)})
+
+
 def snapshot_growth(snapshot: dict, top: int = 3) -> list[tuple[int, str]]:
-    """From ``torch.cuda.memory._snapshot()``: the live bytes per allocating stack (the innermost
-    frames of a course or notebook file), largest first."""
+    """From ``torch.cuda.memory._snapshot()``: the live bytes per allocating site, largest first.
+    A site is the innermost Python frame of a course or notebook file (where the tensor was made,
+    e.g. a line of the model's forward) and, when another such frame called it, the outermost one
+    (the notebook's line that ran it): "model.py:127 <- cell.py:9". Frames of torch, of installed
+    libraries and of Python's standard library are skipped, and so are C++ frames, which without
+    symbols read ``??:0`` (seen on an H200 with torch 2.11). A block with no frame left reads
+    "(no python frame)". The site says where memory was allocated, not what keeps it alive."""
+    roots = _library_roots()
     per = {}
     for seg in snapshot.get("segments", []):
         for block in seg.get("blocks", []):
             if block.get("state") != "active_allocated":
                 continue
-            frames = block.get("frames", [])
-            mine = [f for f in frames if "site-packages" not in f.get("filename", "") and "/torch/" not in f.get("filename", "")]
-            key = " <- ".join(f"{f.get('filename', '?').rsplit('/', 1)[-1]}:{f.get('line', '?')}" for f in mine[:2]) or "(no python frame)"
+            mine = [f for f in block.get("frames", []) if f.get("filename", "").endswith(".py")
+                    and "site-packages" not in f["filename"] and "/torch/" not in f["filename"]
+                    and not f["filename"].startswith(roots)]
+            ends = mine[:1] + mine[-1:] if len(mine) > 1 else mine
+            key = " <- ".join(f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', '?')}" for f in ends) or "(no python frame)"
             per[key] = per.get(key, 0) + block.get("size", 0)
     return sorted(((b, k) for k, b in per.items()), reverse=True)[:top]
