@@ -161,3 +161,14 @@ def test_eos_batch_and_its_masked_bug():
 
 def test_as_text():
     assert G.as_text([0, 1, LANG.PAD, LANG.EOS], LANG.n_symbols) == "ab_|"
+
+
+def test_the_temperature_explorer_reads_as_text_one_sample_per_line():
+    from course.toolkit.textview import html_text
+    assert html_text("a<br>b<br/>c</p>d</div>e</li>") == "a\nb\nc\nd\ne", "a line break or a block end is a newline"
+    results = {T: {"nll": 1.0 + T, "distinct": 0.5, "samples": ["abcd efgh", "hgfe dcba"]} for T in (0.5, 1.0, 2.0)}
+    text = G.temperature_explorer(results, 0.9, 0.4)._repr_mimebundle_()["text/plain"]
+    lines = text.split("\n")
+    assert lines[0].startswith("T = 1.0: ") and lines[0].endswith("distinct 4-grams 0.50"), text
+    assert lines[1:3] == ["abcd efgh", "hgfe dcba"], "each sample on a line of its own, not run into the numbers"
+    assert text.count("1.0") == 1, "the setting is named once"

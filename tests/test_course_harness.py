@@ -216,3 +216,24 @@ def test_the_explorer_responds_to_its_slider(model, task):
     before = box.summary.value
     box.slider.value = 3
     assert box.summary.value != before and "<b>3</b>" in box.summary.value
+
+
+def test_the_explorer_reads_as_text_with_its_setting_named_once(model, task):
+    by_k = {k: harness.run(model, Pipeline(), task.subset(10), k) for k in (0, 3)}
+    text = harness.fewshot_explorer(by_k, model.cfg.n_ctx)._repr_mimebundle_()["text/plain"]
+    assert text.startswith("num_fewshot 0: healthy harness acc") and text.count("num_fewshot") == 1, text
+
+
+def test_ties_share_their_credit_and_the_prior_rule_ties_on_a_shared_first_word():
+    scores = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [2.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    credit, tied = harness.credit_with_ties(scores, torch.tensor([1, 2, 0, 3]))
+    assert credit.tolist() == [0.5, 1 / 3, 1.0, 0.0] and tied.tolist() == [True, True, False, True]
+    assert harness.credit_with_ties(scores[2:3] + 1e-12 * torch.tensor([[0.0, 1, 0, 0]]), [0])[0].tolist() == [1.0], \
+        "control: no tie, the credit is argmax == gold"
+    # the rule that knows how the items were made: options that share a first word tie, up to rounding
+    task = harness.make_task(200, seed=0)
+    lls, _ = harness.chain_scores(task)
+    prior = torch.tensor([[harness.chain_prior_logprob(it, j) for j in range(4)] for it in task.items], dtype=torch.float64)
+    _, tied = harness.credit_with_ties(lls - prior, [it.gold for it in task.items])
+    shared = [len({s[0] for s in it.choice_symbols}) < 4 for it in task.items]
+    assert tied.any() and all(not t or s for t, s in zip(tied.tolist(), shared)), "only a shared first word ties"

@@ -338,8 +338,8 @@ def temperature_explorer(results: dict, entropy_rate: float, greedy_nll: float):
     draw(slider.value)
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    return with_text(box, lambda: f"{slider.description} {slider.value}: {html_text(summary.value)}"
-                              " (move the slider in JupyterLab for the rest)")
+    # the summary starts with the setting ("T = 1.0: ..."), and each sample is a line of its own
+    return with_text(box, lambda: html_text(summary.value) + "\n(move the slider in JupyterLab for the rest)")
 
 
 # ----- grading a generator -------------------------------------------------------------------------

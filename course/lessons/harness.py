@@ -17,6 +17,8 @@ stretches of the chain that started elsewhere. Ranking the options by the exact 
 measured reference, not a ceiling. The distractors are drawn independently of the question, from the
 stationary start, so the rule that uses how the items were made ranks by
 ``P(option | question) / P(option)`` (``chain_prior_logprob``), and a model can beat the first rule.
+Everything after an option's first word cancels in that ratio, so options that start with the same
+word tie; ``credit_with_ties`` scores such ties explicitly (a k-way tie that includes gold earns 1/k).
 
 **The harness.** ``run(model, pipe, task, num_fewshot, seed)`` follows lm-evaluation-harness's
 multiple-choice recipe, with every stage a part of the ``Pipeline`` (so a bug in one is a part swap):
@@ -299,7 +301,9 @@ def chain_logprob(item: Item, j: int) -> float:
 def chain_prior_logprob(item: Item, j: int) -> float:
     """The log-probability of choice ``j`` as a distractor is drawn: a stretch of the chain that starts
     from the stationary distribution, whatever the question (in nats). ``chain_logprob(item, j) -
-    chain_prior_logprob(item, j)`` is the score of the rule that knows how the items were made."""
+    chain_prior_logprob(item, j)`` is the score of the rule that knows how the items were made; all
+    but the first word's terms cancel in it, so two options with the same first word tie (up to float
+    rounding: score them with ``credit_with_ties``, not ``argmax``)."""
     lang = language()
     symbols = item.choice_symbols[j]
     total = math.log(float(lang.stationary[symbols[0]]))
@@ -395,6 +399,20 @@ def correct_per_item(lls: torch.Tensor, lengths: torch.Tensor, gold: torch.Tenso
     lls, lengths = torch.as_tensor(lls, dtype=torch.float64), torch.as_tensor(lengths, dtype=torch.float64)
     gold = torch.as_tensor(gold)
     return lls.argmax(-1) == gold, (lls / lengths).argmax(-1) == gold
+
+
+def credit_with_ties(scores, gold, atol: float = 1e-9) -> tuple[torch.Tensor, torch.Tensor]:
+    """(credit per item (float64, N), tied (bool, N)) of ranking the options by ``scores`` (N, C) with
+    ties scored explicitly: the options within ``atol`` of an item's top score share it, so a k-way
+    tie that includes gold earns 1/k and one without gold 0 (the expected score of breaking the tie
+    at random, where ``argmax`` would pick by float rounding). ``tied`` marks the items whose top is
+    held by more than one option. With no ties the credit is ``argmax(scores) == gold``."""
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    gold = torch.as_tensor(gold, dtype=torch.long)
+    top = (scores >= scores.max(-1, keepdim=True).values - atol)
+    k = top.sum(-1)
+    credit = top.gather(-1, gold.unsqueeze(-1)).squeeze(-1).double() / k
+    return credit, k > 1
 
 
 def accuracies(lls, choices, gold) -> tuple[float, float]:
@@ -592,5 +610,5 @@ def fewshot_explorer(by_k: dict, n_ctx: int, cut: dict | None = None):
     update()
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    return with_text(box, lambda: f"{slider.description} {slider.value}: {html_text(summary.value)}"
-                              " (move the slider in JupyterLab for the rest)")
+    # the summary starts with the setting ("num_fewshot 0: ...")
+    return with_text(box, lambda: html_text(summary.value) + " (move the slider in JupyterLab for the rest)")

@@ -11,8 +11,8 @@
 #
 # **What you learn.**
 # * Training never runs the code that writes text. A teacher-forced loss (every position predicted
-#   from the *true* history, all positions at once) can be healthy, or even too good, while
-#   generation (one token at a time, on a KV cache, from the model's *own* history) is garbage.
+#   from the *true* history, all positions at once) can look healthy while generation (one token at
+#   a time, on a KV cache, from the model's *own* history) is garbage.
 # * Four cheap tests that look at generation itself: **a future-token perturbation** (earlier logits
 #   must not move), **the cache against a full-prefix recompute** (bit for bit at the prefill, to
 #   float32 rounding after it), **the sampler against known logits**, and **generated text scored under the true chain**
@@ -38,7 +38,7 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 #
 # A small version of the course pipeline: a Markov language over 8 symbols (vocabulary 10 with PAD
 # and EOS), 16-token windows, a one-layer model, 300 steps of 32 windows. Two broken variants from
-# the catalogue: `causal-mask-off` (attention may look at later positions, in training too) and
+# the catalogue: `causal-mask-off` (the model's attention is built without its causal mask) and
 # `kv-cache-not-appended` (the generator's cache keeps the prompt but never stores what it
 # generates). The second changes only the pipeline's `generate` part, which neither training nor
 # evaluation calls, so it shares the healthy pipeline's trained model.
@@ -135,7 +135,8 @@ for label, kw in settings.items():
 # In a causal decoder the logits at position *t* are a function of tokens 0..*t* only. Change the
 # tokens from position 6 on and compare the logits of positions 0..5: a healthy model gives the same
 # numbers (here exactly: masked scores are `-inf`, their weights exactly 0). The test needs no
-# training; a freshly initialised model works as well as a trained one.
+# training: a freshly initialised model without the mask fails it too, far above the exact 0 of a
+# causal one, though its change is much smaller than the trained model's.
 
 # %% tags=["demo"]
 windows = lang.sample(8, 16, seed=5)
@@ -343,9 +344,9 @@ explorer = G.temperature_explorer(explore, lang.entropy_rate, greedy_nll)
 explorer
 
 # %% [markdown]
-# ## Endless generation: EOS
+# ## A language with an end: EOS
 #
-# Now a language with an end: windows of 6 to 17 tokens (`min_len=6`). `G.eos_batch` writes EOS at a
+# Windows now have 6 to 17 tokens (`min_len=6`). `G.eos_batch` writes EOS at a
 # window's first padded position, so every window shorter than 17 ends with EOS and the model can
 # learn when to stop; a full-length window has no padding and no EOS (it was cut, not ended: the share
 # closed by EOS is printed below). The catalogue's `eos-masked-in-training` ignores the EOS target along

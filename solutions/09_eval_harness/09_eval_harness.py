@@ -106,8 +106,11 @@ plt.show()
 # items, printed with its binomial standard error `sqrt(p(1 - p)/n)`. It is not a ceiling: the
 # distractors are drawn independently of the question, so `argmax P(option | question)` is not the
 # best rule. The rule that uses how the items were made divides by each option's own probability as
-# a distractor, `P(option | question) / P(option)` (`harness.chain_prior_logprob`); its accuracy is
-# the last line.
+# a distractor, `P(option | question) / P(option)` (`harness.chain_prior_logprob`). In that ratio
+# everything after an option's first word cancels, so options that start with the same word tie, and
+# which of them `argmax` picks would depend on float rounding. `harness.credit_with_ties` scores ties
+# explicitly: a k-way tie that includes gold counts 1/k. The last two lines give this rule's accuracy,
+# how many items tie, and its paired difference from the first rule.
 
 # %%
 task = harness.make_task(200, seed=0)
@@ -116,16 +119,19 @@ print("question:", repr(harness.render(item.question)), " options:", item.choice
 chain_lls, chain_lengths = harness.chain_scores(task)
 gold = torch.tensor([it.gold for it in task.items])
 chain_right, chain_right_norm = harness.correct_per_item(chain_lls, chain_lengths, gold)
-def with_se(right):
-    p = right.double().mean().item()
-    return f"{p:.3f} ± {(p * (1 - p) / len(right)) ** 0.5:.3f}"
+def with_se(right):  # mean ± sd / sqrt(n): for 0/1 scores that is sqrt(p(1 - p)/n)
+    x = right.double()
+    return f"{x.mean().item():.3f} ± {(x.std(unbiased=False) / len(x) ** 0.5).item():.3f}"
 
 print(f"the exact chain on these {len(task)} items (± one standard error): acc {with_se(chain_right)}, "
       f"acc_norm {with_se(chain_right_norm)} (chance 0.25)")
 prior = torch.tensor([[harness.chain_prior_logprob(it, j) for j in range(len(it.choices))] for it in task.items],
                      dtype=torch.float64)
-bayes_right = (chain_lls - prior).argmax(dim=1) == gold
-print(f"ranked by P(option | question) / P(option): acc {with_se(bayes_right)}")
+bayes_credit, tied = harness.credit_with_ties(chain_lls - prior, gold)
+print(f"ranked by P(option | question) / P(option), ties shared: acc {with_se(bayes_credit)}; "
+      f"{int(tied.sum())} items tie at the top, gold among the tied in {int(bayes_credit[tied].gt(0).sum())}")
+gain = bayes_credit - chain_right.double()
+print(f"this rule minus the first: {gain.mean().item():+.3f} ± {(gain.std() / len(gain) ** 0.5).item():.3f} (one paired standard error)")
 
 # %% [markdown]
 # lm-evaluation-harness reports `acc_stderr` as the sample standard deviation of the per-item scores
@@ -139,15 +145,14 @@ print(f"this harness: {(p_chain * (1 - p_chain) / len(task)) ** 0.5:.4f}; lm-eva
       f"{chain_right.double().std(unbiased=True).item() / len(task) ** 0.5:.4f}")
 
 # %% [markdown]
-# ## The symptom: good likelihood, weak task score
+# ## A colleague's evaluation
 #
 # A colleague evaluates the same model with a harness set up for another task (three-shot, as their
 # leaderboard does). `HEALTHY` is the reference pipeline: its `eval_*` parts are the harness stages
 # described in `course.lessons.harness`.
 #
-# **Predict.** The model's held-out loss (printed above) is well below the no-context loss and
-# 0.17 nats per token above the chain's floor. What `acc` will the
-# colleague's harness report?
+# **Predict.** The model's held-out loss (printed above) is well below the no-context loss and a
+# little above the chain's floor. What `acc` will the colleague's harness report?
 
 # %%
 prediction = None  # your guess: acc between 0 and 1 (chance is 0.25; the exact chain's is printed above)
@@ -276,9 +281,10 @@ for rule, (c_ids, k_ids) in (("this harness", split_here(spaced, " " + item.choi
 # %% [markdown]
 # ## Exercise 2: acc and acc_norm
 #
-# Write `accuracies(lls, choices, gold) -> (acc, acc_norm)`. `lls[i]` holds item `i`'s option
-# log-likelihoods (a list or 1-D tensor), `choices[i]` its option strings (without the delimiter),
-# `gold[i]` the index of the right one. `acc` is the share of items whose highest log-likelihood is
+# Write `accuracies(lls, choices, gold) -> (acc, acc_norm)`. `lls` holds the option log-likelihoods,
+# a list of lists or a 2-D tensor (`lls[i][j]` is option `j` of item `i`); `choices[i]` holds item
+# `i`'s option strings (without the delimiter); `gold` the index of each item's right option, a list
+# or a 1-D tensor of ints. `acc` is the share of items whose highest log-likelihood is
 # the gold option; `acc_norm` the same after dividing each log-likelihood by `len(choice)` (its
 # number of characters, as lm-evaluation-harness does). A tie goes to the first option, as `argmax`
 # does. Return two Python floats (compared to 1e-9). `harness.accuracies` and
@@ -306,9 +312,13 @@ with _captured(), _off(_h.accuracies, _h.correct_per_item):
     _a = accuracies([[-2.0, -3.0], [-4.0, -1.0]], [["ab", "cd"], ["ab", "cd"]], [0, 0])
     _b = accuracies([[-3.0, -4.0]], [["a", "abcd"]], [1])
     _c = accuracies([[-1.0, -1.0]], [["ab", "ab"]], [1])
+    _d = accuracies(torch.tensor([[-2.0, -3.0], [-3.0, -4.0]], dtype=torch.float64), [["ab", "cd"], ["a", "abcd"]],
+                    torch.tensor([0, 1]))
 assert abs(_a[0] - 0.5) < 1e-9 and abs(_a[1] - 0.5) < 1e-9, "acc: the share of items whose highest log-likelihood is gold"
 assert abs(_b[0]) < 1e-9 and abs(_b[1] - 1.0) < 1e-9, "acc_norm divides by the choice's length in characters: -3/1 < -4/4"
 assert abs(_c[0]) < 1e-9, "a tie goes to the first option (argmax)"
+assert abs(float(_d[0]) - 0.5) < 1e-9 and abs(float(_d[1]) - 1.0) < 1e-9, \
+    "with lls a 2-D tensor and gold a 1-D tensor: the same rules (acc 0.5, acc_norm 1.0 here)"
 ### BEGIN HIDDEN TESTS
 import random as _random
 _rng = _random.Random("h-09-acc7")
@@ -325,8 +335,7 @@ assert abs(float(_got2[0]) - _want[0]) < 1e-9 and abs(float(_got2[1]) - _want[1]
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The healthy harness, zero-shot, on the same items. Before you look: the exact chain's `acc` and
-# `acc_norm` are printed near the top.
+# The healthy harness, zero-shot, on the same items.
 #
 # **Predict.** For the *model*, will `acc_norm` be `"higher"` than `acc`, `"lower"`, or `"the same"`?
 
@@ -417,18 +426,19 @@ print("fewshot-count-ignored at 3 shots gets every item right or wrong exactly a
 #   destroys three-shot, where the examples fill the window and the kept start is an example.
 # * **Scoring the prompt** (`prompt-tokens-scored`) leaves zero-shot `acc` unchanged (the prompt adds
 #   the same number to every option) and lowers `acc_norm` (that number, divided by each option's
-#   length), a little at zero-shot and far at three-shot, where the prompt is longer. Under truncation
+#   length): at zero-shot already, by more than either wrong length below moves it, and far more at
+#   three-shot, where the prompt is longer. Under truncation
 #   the options no longer share one context (a longer option leaves room for less of it), and `acc`
 #   moves too: its three-shot `acc` differs from the healthy one in the table.
 # * **The wrong length** (`norm-by-token-count`, `norm-by-sequence-length`) changes only `acc_norm`,
-#   and only a little: a score drop will not find it, a check of the stage will.
+#   and by less than scoring the prompt does: a score drop will not find it, a check of the stage will.
 # * **The few-shot count ignored** (`fewshot-count-ignored`): its three-shot run scores every item
 #   right or wrong exactly as the healthy zero-shot run does (the check printed above), and its three-shot `acc` is below
 #   the healthy three-shot `acc` by the difference printed above, a handful of items, under two
 #   paired standard errors. At 200 items that is not evidence that the examples help, nor that they
 #   do not. (For the exact chain the examples cannot matter, since a first-order chain reads only the
 #   question's last word; the model is not the exact chain, and the healthy row of the next section
-#   moves between one and two shots, by 4 items of 200, within the noise.) Whatever the score, the bug changes what was measured:
+#   moves between one and two shots, by a few items, within the noise.) Whatever the score, the bug changes what was measured:
 #   "three-shot" results that were in fact zero-shot, which a check of the stage finds and a score
 #   comparison at this sample size does not.
 #
@@ -487,10 +497,9 @@ for name, r in runs.items():
     print(f"{name:>8}: acc {mean:.3f}, 95% bootstrap interval [{lo:.3f}, {hi:.3f}] (width {hi - lo:.3f})")
 
 # %% [markdown]
-# Is step 250 better than step 200? Both were scored on the **same** items, so compare them item by
-# item: most items are right (or wrong) for both, and only the items that changed carry information.
-# The paired bootstrap resamples items once for both runs; the unpaired one pretends the runs scored
-# different items.
+# Is step 250 better than step 200? Both were scored on the **same** items. Two bootstrap intervals
+# of the difference in `acc`: the paired one draws one set of item indices per resample and uses it
+# for both runs; the unpaired one draws each run's indices separately.
 #
 # **Predict.** For step 200 against step 250, will the paired interval be `"narrower"` than the
 # unpaired one, `"wider"`, or `"about the same"`?
@@ -510,6 +519,11 @@ reveal("paired against unpaired interval, step 200 against step 250", prediction
        "narrower" if ratio < 0.8 else "wider" if ratio > 1.25 else "about the same")
 
 # %% [markdown]
+# Most items are right (or wrong) for both runs, and only the items that changed carry information.
+# The paired bootstrap keeps each item's two results together, so what the runs share (the same easy
+# and hard items) cancels; the unpaired one treats the runs as if they had scored different items,
+# and its interval carries the spread of the items' difficulty as well.
+#
 # ## Exercise 3: is B better than A?
 #
 # Write `significantly_better(a, b) -> bool`. `a` and `b` are 1-D tensors (bool or float, 1 for right)
@@ -557,11 +571,10 @@ _assert_detector(lambda pair: significantly_better(*pair), _noise, _real, "judge
 # (`harness.contamination`'s default threshold), not necessarily together, so this is weaker than
 # finding the item verbatim. GPT-3-style checks flag an item on **any** collision,
 # one shared n-gram (GPT-3's n varied by dataset). The strict rule is chosen here because the chain
-# is repetitive: chance collisions are common, and requiring all n-grams flags far fewer items by
-# chance at the same n, though still most items at n = 4 (compare the two tables below); the
-# any-collision rule also finds partial leaks, at the price of more chance matches (shown
-# below). The answer depends on n and on how repetitive
-# the source is, so it needs a control: fresh items of the same source, which no training text
+# is repetitive: chance collisions are common, and at the same n requiring all n-grams flags fewer
+# items by chance than requiring one (compare the two tables below); the any-collision rule also
+# finds partial leaks, at the price of more chance matches. The answer depends on n and on how
+# repetitive the source is, so it needs a control: fresh items of the same source, which no training text
 # contains on purpose. Below, items with 12-word questions, and a training text with 30% of them
 # pasted in (as a test set leaks into a crawl), against the clean text.
 #
@@ -855,8 +868,9 @@ _mystery.check_fix(fix, [_mystery.make(b, 30 + i, _Pipeline()) for i, b in enume
 #   a task whose prompt is not written like the text.
 # * **The exact chain's accuracy** on the same items shows that the items can be solved from the
 #   question and gives a reference, with its standard error; it is not a ceiling (a rule that knows
-#   how the distractors were drawn is better in expectation, being the posterior rule; here it scores
-#   higher, within the noise of 200 items, and a model can beat the first rule too). On real tasks, where no exact
+#   how the distractors were drawn is better in expectation, being the posterior rule; here, with its
+#   ties shared, it scores higher, within the noise of 200 items (its paired difference is printed
+#   near the top), and a model can beat the first rule too). On real tasks, where no exact
 #   model exists, a strong reference model or human answers play that part, less exactly.
 # * **Reading what the harness feeds the model** (the context and the continuation's tokens) finds
 #   template, delimiter and truncation bugs directly; a score drop only says that something differs.

@@ -12,11 +12,11 @@
 # **What you learn.**
 # * fp16 and bf16 are not two sizes of one thing: fp16 has more precision than bf16 (11 significant bits) and far less range (its largest
 #   finite value is 65504), bf16 keeps practically float32's range and loses precision (8 significant bits).
-# * What autocast does on CPU with bf16 (matmuls in bf16, cross-entropy in float32, softmax and layer
-#   norm in their input's dtype), and why bf16 needs no scaler.
+# * What autocast does on CPU with bf16 (which dtype each op runs in, printed by this torch build),
+#   and why bf16 needs no scaler.
 # * GradScaler's mechanics on CPU (`torch.amp.GradScaler("cpu")`): the scale, the skipped step on an
-#   inf gradient, backoff and growth, and why `scaler.step(...)`'s return value cannot tell you that
-#   it skipped. You write a scaled update that reports its skips (graded).
+#   inf gradient, backoff and growth, and what `scaler.step(...)` returns. You write a scaled update
+#   that reports its skips (graded).
 # * fp16 that overflows, run on CPU (`torch.autocast("cpu", dtype=torch.float16)`): the NaN loss,
 #   three hypotheses tested against a healthy control, and the fix, compared without a scaler, with
 #   one, and in bf16.
@@ -25,8 +25,10 @@
 # * The list-of-losses leak, measured on CPU: what a kept loss really holds after backward, what a
 #   graph nobody runs backward on holds, and the fix (`.item()` / `torch.no_grad()`).
 # * Debug a **mystery training loop** whose memory grows: a test, the cause, the fix (graded).
-# * On a GPU kernel only (what needs CUDA): step times, the caching allocator (allocated against
-#   reserved, `empty_cache`, peaks per phase), memory-history snapshots (one graded GPU exercise).
+# * On a GPU kernel only (what needs CUDA), code to run there: step times, the caching allocator
+#   (allocated against reserved, `empty_cache`, peaks per phase), memory-history snapshots (one graded
+#   GPU exercise). This notebook's saved outputs come from a CPU, where those cells only say they
+#   skipped; what one run on a GPU showed is summarised at the start of that section.
 #
 # **Time.** Under 40 seconds of computation on a laptop CPU (`make bench` times every notebook on
 # yours). **GPU:** optional. On a kernel without CUDA each GPU cell that runs something prints one line, "needs a CUDA
@@ -83,17 +85,23 @@ for x in (65520.0, 257.0, 1 + 2 ** -8, 1e-8):
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 import ipywidgets as widgets
+from course.toolkit.textview import with_text
 
 
-def show_rounding(log10_value=2.0):
+def rounding(log10_value):
     x = torch.tensor(10.0 ** log10_value, dtype=torch.float64)
+    lines = [f"value 10^{log10_value:g} = {x.item():.6g}"]
     for dtype in (torch.float16, torch.bfloat16):
         stored = x.to(dtype).double()
         rel = ((stored - x).abs() / x).item()
-        print(f"{str(dtype)[6:]:>9}: stores {stored.item():.6g} (relative error {rel:.2e})")
+        lines.append(f"{str(dtype)[6:]:>9}: stores {stored.item():.6g} (relative error {rel:.2e})")
+    return "\n".join(lines)
 
 
-widgets.interact(show_rounding, log10_value=widgets.FloatSlider(value=2.0, min=-9.0, max=6.0, step=0.05));
+log10_slider = widgets.FloatSlider(value=2.0, min=-9.0, max=6.0, step=0.05, description="log10_value")
+rounding_box = widgets.interactive(lambda log10_value: print(rounding(log10_value)), log10_value=log10_slider)
+# without a live frontend (a saved notebook, a terminal) the box reads as its current state in words
+with_text(rounding_box, lambda: rounding(log10_slider.value) + "\n(move the slider in JupyterLab for the rest)")
 
 # %% [markdown]
 # The same in one picture: the relative rounding error of each format from 1e-9 to 1e6, with fp16's
@@ -115,11 +123,8 @@ plt.show()
 # %% [markdown]
 # ## Autocast on CPU with bf16
 #
-# `torch.autocast("cpu", dtype=torch.bfloat16)` runs the ops on its lower-precision list (matmuls,
-# linear layers) in bf16 and casts the ops on its float32 list (cross-entropy among them) up to
-# float32. The lists differ by device: on CPU, softmax, log-softmax and layer norm are on neither, so
-# they run in the dtype of their input (bf16 after a linear layer); CUDA's float32 list has softmax,
-# log_softmax and layer_norm too. The parameters stay float32: autocast casts on the fly.
+# Inside `torch.autocast("cpu", dtype=torch.bfloat16)` each op runs in a dtype that autocast chooses
+# for it, from lists that differ by device; the model's parameters are not converted.
 #
 # **Predict.** Inside autocast, the course model's logits come out in some dtype, and
 # `F.cross_entropy` of them in some dtype. Which two?
@@ -142,6 +147,12 @@ reveal("dtypes under bf16 autocast (logits, loss)", prediction,
 print("parameters stay", next(model.parameters()).dtype)
 
 # %% [markdown]
+# Autocast runs the ops on its lower-precision list (matmuls, linear layers) in bf16 and casts the
+# ops on its float32 list (cross-entropy among them) up to float32. The lists differ by device: on
+# CPU, softmax, log-softmax and layer norm are on neither, so they run in the dtype of their input
+# (bf16 after a linear layer); CUDA's float32 list has softmax, log_softmax and layer_norm too. The
+# parameters stay float32: autocast casts on the fly.
+#
 # Which ops CPU autocast keeps in float32 is a fact of this torch build, so print it rather than trust
 # a list: each op applied to a bf16 linear output inside `torch.autocast("cpu", dtype=torch.bfloat16)`.
 
@@ -699,6 +710,11 @@ plt.show()
 # monitor keeps its graph (the run's own records, returned here, are part of what is left).
 
 # %% tags=["demo"]
+import os
+
+# kineto, the profiler's C++ library, writes "USDT: ... profiler_start" and "profiler_stop" to stderr
+# on every run; it reads its log level once, at the first profile, and 6 silences them (5 does not)
+os.environ["KINETO_LOG_LEVEL"] = "6"
 from torch.profiler import ProfilerActivity, profile
 
 for name, pipe_ in {"healthy": BASE, "monitor graph kept": inject(BASE, "monitor-kept-with-graph")}.items():
@@ -882,6 +898,13 @@ _mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
 # without it, each cell that runs something prints one line, and the one GPU test is reported by the
 # grader as "not graded: needs a GPU kernel". The model is bigger here, so that memory and time are
 # worth measuring.
+#
+# The outputs saved here come from a CPU. This section was run once on an NVIDIA H200 with PyTorch
+# 2.11 (not the 2.13 the course pins), its code copied into a script rather than run as these cells:
+# every cell ran without error, bf16 and fp16 steps were faster than fp32 for this model, and the
+# `peak_bytes` solution below passed its test on every seed tried, while four wrong answers (no base
+# subtracted, allocated-after instead of the peak, no reset of the peak, current-after) failed on
+# every one.
 
 # %%
 GPU = torch.cuda.is_available()
@@ -949,9 +972,12 @@ else:
 # `_dump_snapshot(path)` writes the same as a pickle for https://pytorch.org/memory_viz. These are
 # private functions: their names and format change between releases (this is PyTorch 2.13). Here a
 # monitor keeps its probe loss with the graph, six steps; `amp.snapshot_growth` sums the live bytes
-# by the innermost frames outside torch. What to expect on a GPU (no GPU ran this here): the largest
-# line points at this cell's `kept.append(...)`, though the frame filter may keep C++ frames that
-# carry no file of ours.
+# by where they were made: the innermost line of a course or notebook file (C++, torch and library
+# frames skipped) and the notebook line that ran it. A snapshot says where memory was allocated, not
+# what keeps it alive: the lines name the model's forward, and the leak is read from the fact that a
+# forward's activations are still live after its step. In the H200 run (PyTorch 2.11, CUDA 13.0) the
+# three largest lines were the model's attention and MLP lines, each called from this cell's
+# `kept.append(...)`.
 
 # %% tags=["demo"]
 if GPU:
