@@ -62,14 +62,185 @@ class NotOpaque(ValueError):
 _OPEN = TypeError("a mystery part cannot be opened, closed or thrown into: call it")
 
 
-def _holder(fn: Callable, owner):
+# What a part says when its function fails: every candidate of a field says the same. An error's
+# type and message name what the function read or computed first, which tells the functions apart
+# (a red team's pass scored whole mysteries from the messages of parts called with junk arguments).
+_WITHHELD = ("a mystery part failed on these arguments (the error's type and message are withheld: they "
+             "would say which function the part holds). Call it with what the pipeline gives it (the "
+             "Pipeline field's documentation), or call the reference part "
+             "(course.reference.pipeline.Pipeline().<field>) with your arguments to see what they lack")
+
+
+class PartArgumentError(TypeError):
+    """A part was called with arguments of types its field does not take (the same for every part
+    of that field, so it says nothing about the function inside)."""
+
+
+def _withheld(err: BaseException) -> BaseException:
+    """What the caller of a part receives for ``err``: ``err`` itself (no traceback) when it is not
+    an error of the part's function (an interrupt, an unfinished exercise, a switched-off package
+    function, a refused argument, the graded call's seal refusing a route), else one
+    ``RuntimeError`` with ``_WITHHELD``."""
+    from ..toolkit.guards import SwitchedOff
+    from .isolation import Sealed
+
+    if not isinstance(err, Exception) or isinstance(err, (NotImplementedError, SwitchedOff, PartArgumentError, Sealed)):
+        return err.with_traceback(None)
+    return RuntimeError(_WITHHELD)
+
+
+def _contract(field: str):
+    """What a part of ``field`` takes: per positional argument, the kinds it accepts, and the
+    keyword arguments by name (``None``: unchecked). Plain data must be of its exact type (a
+    ``dict``, ``list``, ``tuple``, ``int``, ``float``, ``str``, ``bool``, ``None``, a tensor or
+    parameter, a ``Pipeline``, ``Batch`` or ``Run`` of the course), containers holding only plain
+    data: no subclass or stand-in whose methods would record what the part reads. A module, an
+    optimizer, a scheduler, a device and a callable may be anything of that kind (the learner's
+    model is theirs to instrument: watching what a part does to it is a test of the part). The table
+    is a literal of this function's code, which the grader puts back before each test."""
+    from ..reference.train import Run
+    from ..toolkit.batch import Batch
+
+    T, N = torch.Tensor, type(None)
+    module, optimizer, call = ("module",), ("optimizer",), ("callable",)
+    num = (int, float)
+    table = {
+        "collate": ((T,), (int,)),
+        "loss_fn": ((T,), (Batch,)),
+        "eval_loss_fn": ((T,), (Batch,)),
+        "optimizer_factory": (("params",), num, num),
+        "make_optimizer": (module, (Pipeline,)),
+        "prepare": (module,),
+        "update": (optimizer,),
+        "val_source": ((Pipeline,),),
+        "eval_mode": (module,),
+        "batches": ((Pipeline,), (int,), (int,)),
+        "log_step": ((Run,), (int,), (T, float)),
+        "checkpoint": ((Run,),),
+        "eval_due": ((int,), (int,)),
+        "restore": ((Run,), (dict,)),
+        "generate": ((module, (T,), (int,)),
+                     {"temperature": num, "top_k": (int, N), "greedy": (bool,), "seed": (int,),
+                      "eos_id": (int, N), "return_logits": (bool,),
+                      "max_new_tokens": (int,)}),
+        "eval_template": ((tuple, list, T),),
+        "eval_continuation": ((str,), (str,)),
+        "eval_fewshot": ((int,), (int,), (int,), (int,)),
+        "eval_truncate": ((list, tuple), (list, tuple), (int,)),
+        "eval_score": (module, (list, tuple), (list, tuple)),
+        "eval_norm_length": ((str,), (list, tuple), (list, tuple)),
+        "keep_loss": ((T,),),
+        "monitor": (module, (Batch,), call),
+        "mask": ((int,), (int,), ("device",)),
+        "add_positions": (module, (T,), (int,)),
+    }
+    spec = table.get(field)
+    if spec is None:
+        return None
+    if isinstance(spec[-1], dict):
+        return spec[0], spec[-1]
+    return spec, {}
+
+
+def _kind_name(kind) -> str:
+    return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+
+
+def _plain(value, budget: list) -> bool:
+    """Whether ``value`` is plain data all the way down (exact types, no subclass), visiting at most
+    ``budget[0]`` values. Reads nothing through the value's own methods."""
+    from collections import OrderedDict
+
+    from ..reference.train import Run
+    from ..toolkit.batch import Batch
+
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    t = type(value)
+    if t in (type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.Size):
+        return True
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        return True
+    if t in (list, tuple):
+        return all(_plain(v, budget) for v in value)
+    if t is dict or t is OrderedDict:
+        return all(type(k) in (str, int, tuple) and _plain(v, budget) for k, v in dict.items(value))
+    if t is Pipeline:
+        return True  # frozen: its fields are settings and parts
+    if t is Batch or t is Run:
+        return all(_fits(getattr(value, f.name), _field_kinds(t, f.name), budget)
+                   for f in dataclasses.fields(t))
+    return False
+
+
+def _field_kinds(cls, name: str):
+    """The kinds a ``Batch``'s or ``Run``'s field may hold (``_fits``)."""
+    if name in ("model",):
+        return ("module",)
+    if name == "optimizer":
+        return ("optimizer",)
+    if name == "scheduler":
+        return ("scheduler",)
+    return ("plain",)
+
+
+def _fits(value, kinds, budget=None) -> bool:
+    budget = [100_000] if budget is None else budget
+    t = type(value)
+    for kind in kinds:
+        if kind == "module" and issubclass(t, torch.nn.Module):
+            return True
+        if kind == "optimizer" and issubclass(t, torch.optim.Optimizer):
+            return True
+        if kind == "scheduler" and issubclass(t, torch.optim.lr_scheduler.LRScheduler):
+            return True
+        if kind == "callable" and callable(value):
+            return True
+        if kind == "device" and (t is torch.device or t is str or value is None):
+            return True
+        if kind == "params" and (t in (list, tuple) or isinstance(value, types.GeneratorType)):
+            if isinstance(value, types.GeneratorType):
+                return True  # model.parameters(): a generator of the module's own making
+            return all(type(v) is torch.nn.Parameter for v in value)
+        if kind == "plain" and _plain(value, budget):
+            return True
+        if isinstance(kind, type) and t is kind and _plain(value, budget):
+            return True
+    return False
+
+
+def _check_arguments(contract, args: tuple, kwargs: dict) -> None:
+    """Raise ``PartArgumentError`` unless ``args`` and ``kwargs`` fit ``contract`` (``_contract``)."""
+    positional, keywords = contract
+    problems = []
+    for i, (value, kinds) in enumerate(zip(args, positional)):
+        if not _fits(value, kinds):
+            problems.append(f"argument {i + 1}: {type(value).__name__}, not "
+                            + " or ".join(_kind_name(k) for k in kinds))
+    for name, value in kwargs.items():
+        kinds = keywords.get(name)
+        if kinds is not None and not _fits(value, kinds):
+            problems.append(f"{name}=: {type(value).__name__}, not " + " or ".join(_kind_name(k) for k in kinds))
+    if problems:
+        raise PartArgumentError("a mystery part takes the exact types its Pipeline field documents (plain "
+                                "data, no subclass or stand-in; a module or optimizer of any kind): "
+                                + "; ".join(problems))
+
+
+def _holder(fn: Callable, owner, contract=None):
     """A suspended generator that calls ``fn`` with what it is sent: the only reference to ``fn``
     is a local of its frame, which CPython hands out only through audited routes (``gi_frame``,
     the garbage collector), the routes a graded call's process refuses (``course.exercises.isolation``).
-    Arguments that do not fit ``fn`` raise one TypeError that names no function. While its ``Part``
-    (``owner``, a weak reference) lives, ``close()`` and ``throw()`` are refused and the frame stays:
-    a frame let go would drop its reference to ``fn``, and the change of ``fn``'s reference count
-    would say which function it held."""
+    Arguments that do not fit ``fn`` raise one TypeError that names no function, and arguments that
+    do not fit ``contract`` (``_contract``) one ``PartArgumentError``. ``fn`` runs with torch's
+    function and dispatch modes and tensor-subclass overrides suspended (so a mode entered by the
+    caller does not trace the part's calls), and an error of ``fn``'s comes out as ``_withheld``
+    makes it. While its ``Part`` (``owner``, a weak reference) lives, ``close()`` and ``throw()`` are
+    refused and the frame stays: a frame let go would drop its reference to ``fn``, and the change
+    of ``fn``'s reference count would say which function it held."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
     try:
         bind = _signature(fn).bind
     except (TypeError, ValueError):
@@ -91,11 +262,14 @@ def _holder(fn: Callable, owner):
                 try:
                     bind(*args, **kwargs)
                 except TypeError:
-                    raise TypeError("this part was called with arguments it does not take: see the "
-                                    "Pipeline field's documentation for its signature") from None
-            answer = (True, fn(*args, **kwargs))
+                    raise PartArgumentError("this part was called with arguments it does not take: see "
+                                            "the Pipeline field's documentation for its signature") from None
+            if contract is not None:
+                _check_arguments(contract, args, kwargs)
+            with torch._C.DisableTorchFunction(), _disable_current_modes():
+                answer = (True, fn(*args, **kwargs))
         except BaseException as err:  # noqa: BLE001  (handed to the caller, with no trace inside)
-            answer = (False, err.with_traceback(None))
+            answer = (False, _withheld(err))
         del args, kwargs
         while True:
             try:
@@ -125,8 +299,8 @@ class Part:
 
     __slots__ = ("__gen", "__weakref__")
 
-    def __init__(self, fn: Callable):
-        gen = _holder(fn, weakref.ref(self))
+    def __init__(self, fn: Callable, field: str | None = None):
+        gen = _holder(fn, weakref.ref(self), _contract(field) if field else None)
         next(gen)
         self.__gen = gen
 
@@ -230,9 +404,9 @@ class _Rewire:
         model = self.inner(model)
         for m in model.modules():
             if isinstance(m, Attention):
-                m.mask = Part(functools.partial(_mask_as, self.attention))
+                m.mask = Part(functools.partial(_mask_as, self.attention), "mask")
             if isinstance(m, TinyGPT):
-                m.add_positions = _OnModel(Part(functools.partial(_positions_as, self.use_positions)), m)
+                m.add_positions = _OnModel(Part(functools.partial(_positions_as, self.use_positions), "add_positions"), m)
         return model
 
 
@@ -292,7 +466,7 @@ def _opaque(healthy: Pipeline, broken: Pipeline) -> tuple[Pipeline, tuple[str, .
         else:
             raise NotOpaque(f"the setting {name!r} ({h!r} -> {b!r}) cannot be hidden in a part")
     parts["prepare"] = _Rewire(parts["prepare"], broken.model.attention, broken.model.use_positions)
-    wrapped = {f: Part(fn) for f, fn in parts.items()}
+    wrapped = {f: Part(fn, f) for f, fn in parts.items()}
     return Pipeline(**values, **wrapped, bugs=()), tuple(sorted(touched))
 
 
