@@ -32,6 +32,7 @@ behavioural check (train it on fresh seeds, look at the symptom).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -48,8 +49,11 @@ import torch
 from ..bugs import inject
 from ..reference.model import Attention, TinyGPT, attention_mask
 from ..reference.pipeline import PARTS, Pipeline, _windows
+from ..reference.train import Run
+from ..toolkit.batch import Batch
+from ..toolkit.guards import SwitchedOff
 from .grading import captured_warnings, switched_off
-from .isolation import rng_state, run_apart, set_rng_state
+from .isolation import Sealed, rng_state, run_apart, set_rng_state
 
 HEALTHY = "healthy"
 PART_FIELDS = PARTS  # every field of Pipeline declared with course.reference.pipeline.part
@@ -81,9 +85,6 @@ def _withheld(err: BaseException) -> BaseException:
     an error of the part's function (an interrupt, an unfinished exercise, a switched-off package
     function, a refused argument, the graded call's seal refusing a route), else one
     ``RuntimeError`` with ``_WITHHELD``."""
-    from ..toolkit.guards import SwitchedOff
-    from .isolation import Sealed
-
     if not isinstance(err, Exception) or isinstance(err, (NotImplementedError, SwitchedOff, PartArgumentError, Sealed)):
         return err.with_traceback(None)
     return RuntimeError(_WITHHELD)
@@ -98,9 +99,6 @@ def _contract(field: str):
     optimizer, a scheduler, a device and a callable may be anything of that kind (the learner's
     model is theirs to instrument: watching what a part does to it is a test of the part). The table
     is a literal of this function's code, which the grader puts back before each test."""
-    from ..reference.train import Run
-    from ..toolkit.batch import Batch
-
     T, N = torch.Tensor, type(None)
     module, optimizer, call = ("module",), ("optimizer",), ("callable",)
     num = (int, float)
@@ -146,14 +144,10 @@ def _kind_name(kind) -> str:
     return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
 
 
-def _plain(value, budget: list) -> bool:
-    """Whether ``value`` is plain data all the way down (exact types, no subclass), visiting at most
+def _plain(value, budget: list, depth: int = 64) -> bool:
+    """Whether ``value`` is plain data (exact types, no subclass) down to ``depth`` levels of
+    containers (below that a container's own type is checked, not what it holds), visiting at most
     ``budget[0]`` values. Reads nothing through the value's own methods."""
-    from collections import OrderedDict
-
-    from ..reference.train import Run
-    from ..toolkit.batch import Batch
-
     budget[0] -= 1
     if budget[0] < 0:
         return False
@@ -163,13 +157,16 @@ def _plain(value, budget: list) -> bool:
     if t is torch.Tensor or t is torch.nn.Parameter:
         return True
     if t in (list, tuple):
-        return all(_plain(v, budget) for v in value)
-    if t is dict or t is OrderedDict:
-        return all(type(k) in (str, int, tuple) and _plain(v, budget) for k, v in dict.items(value))
+        return depth <= 0 or all(_plain(v, budget, depth - 1) for v in value)
+    if t is dict or t is collections.OrderedDict:
+        return depth <= 0 or all(type(k) in (str, int, tuple) and _plain(v, budget, depth - 1)
+                                 for k, v in dict.items(value))
     if t is Pipeline:
         return True  # frozen: its fields are settings and parts
     if t is Batch or t is Run:
-        return all(_fits(getattr(value, f.name), _field_kinds(t, f.name), budget)
+        # a run's records (history, val, phases: a dict of lists that grows every step) are checked
+        # to their lists, not element by element: a part is called every step with the run
+        return all(_fits(getattr(value, f.name), _field_kinds(t, f.name), budget, depth=1)
                    for f in dataclasses.fields(t))
     return False
 
@@ -185,7 +182,7 @@ def _field_kinds(cls, name: str):
     return ("plain",)
 
 
-def _fits(value, kinds, budget=None) -> bool:
+def _fits(value, kinds, budget=None, depth: int = 64) -> bool:
     budget = [100_000] if budget is None else budget
     t = type(value)
     for kind in kinds:
@@ -203,9 +200,9 @@ def _fits(value, kinds, budget=None) -> bool:
             if isinstance(value, types.GeneratorType):
                 return True  # model.parameters(): a generator of the module's own making
             return all(type(v) is torch.nn.Parameter for v in value)
-        if kind == "plain" and _plain(value, budget):
+        if kind == "plain" and _plain(value, budget, depth):
             return True
-        if isinstance(kind, type) and t is kind and _plain(value, budget):
+        if isinstance(kind, type) and t is kind and _plain(value, budget, depth):
             return True
     return False
 
@@ -266,8 +263,12 @@ def _holder(fn: Callable, owner, contract=None):
                                             "the Pipeline field's documentation for its signature") from None
             if contract is not None:
                 _check_arguments(contract, args, kwargs)
-            with torch._C.DisableTorchFunction(), _disable_current_modes():
-                answer = (True, fn(*args, **kwargs))
+            with torch._C.DisableTorchFunction():
+                if torch._C._len_torch_dispatch_stack():
+                    with _disable_current_modes():
+                        answer = (True, fn(*args, **kwargs))
+                else:
+                    answer = (True, fn(*args, **kwargs))
         except BaseException as err:  # noqa: BLE001  (handed to the caller, with no trace inside)
             answer = (False, _withheld(err))
         del args, kwargs
