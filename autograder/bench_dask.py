@@ -34,10 +34,6 @@ from pathlib import Path
 
 from autograder import bench, dask_grading, grade_class, grading, postgres
 
-SCHEDULER_ENV = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(dask_grading.ALLOWED_FAILURES),
-                 "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": f"{dask_grading.WORKER_SATURATION:g}"}
-
-
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_DB_URL", "COURSE_ROOT")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -133,8 +129,9 @@ def main(argv: list[str]) -> int:
         print(f"{f'local pool, jobs={cores}':<28}{seconds:>9.1f}{60 * size / seconds:>10.1f}{'':>14}  {states}",
               flush=True)
         info = tmp / "scheduler" / "scheduler.json"
-        scheduler = _start([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
-                            "--no-dashboard", "--scheduler-file", str(info)], tmp / "scheduler", **SCHEDULER_ENV)
+        # started as the README starts them (autograder.dask_grading scheduler / worker)
+        scheduler = _start([sys.executable, "-m", "autograder.dask_grading", "scheduler", "--host", "127.0.0.1",
+                            "--port", "0", "--no-dashboard", "--scheduler-file", str(info)], tmp / "scheduler")
         workers = []
         try:
             while not (info.exists() and info.read_text().strip()):
@@ -144,9 +141,9 @@ def main(argv: list[str]) -> int:
                 folder = tmp / f"worker{n}"
                 shutil.copytree(tmp / "toy-class" / "solutions", folder / "course" / "solutions")
                 shutil.copy(tmp / "toy-class" / grading.CONFIG_FILE, folder / "course")
-                workers.append(_start([sys.executable, "-m", "dask", "worker", address, "--nthreads", "1",
-                                       "--host", "127.0.0.1", "--no-dashboard", "--local-directory",
-                                       str(folder / "dask")], folder, COURSE_ROOT=str(folder / "course")))
+                workers.append(_start([sys.executable, "-m", "autograder.dask_grading", "worker", address,
+                                       "--root", str(folder / "course"), "--host", "127.0.0.1",
+                                       "--local-directory", str(folder / "dask")], folder))
                 root, url = course(f"dask{n}")
                 with contextlib.redirect_stdout(io.StringIO()):
                     cluster = dask_grading.connect(address, root)

@@ -1,6 +1,20 @@
 """Grade a class on the workers of a Dask scheduler (``grade_class ... --scheduler ADDRESS``).
 
+    python -m autograder.dask_grading scheduler [--host H] [--port P] [--no-dashboard] [--tls-...]
+    python -m autograder.dask_grading worker ADDRESS [--root ROOT] [--nworkers N] [--host H] [--tls-...]
     python -m autograder.dask_grading version [ROOT]      print the course version of ROOT
+
+``scheduler`` and ``worker`` start Dask's own ``dask scheduler`` and ``dask worker`` (they replace
+this process) with what grading needs, so that no by-hand command can miss it: this checkout on
+``PYTHONPATH`` (the scheduler unpickles each job's task, ``autograder.dask_grading.grade_job`` and
+its ``GradingJob``, so it must import this package; a plain ``dask scheduler`` fails every job with
+"Error during deserialization of the task graph"), the two scheduler settings below, one thread per
+worker, the worker's course root (``--root``, default this checkout: a toy or other course root is
+named here, never through ``COURSE_ROOT=$PWD``), and every listening address bound to ``--host``
+(default 127.0.0.1; the scheduler's dashboard too, or ``--no-dashboard``). Dask's connections carry
+no authentication and no encryption unless TLS is set up: ``--tls-ca-file``, ``--tls-cert`` and
+``--tls-key`` (PEM files) make the scheduler listen on ``tls://`` and the workers use it, and the
+coordinator passes the same three options to ``grade_class``.
 
 The coordinator (``autograder.grade_class`` with ``--scheduler``) keeps everything that is the
 class's: the pre-check, the journal and report, ``record_zero``, the logs and the autograded
@@ -179,6 +193,89 @@ def course_version(root: Path) -> str:
     return _VERSIONS[key]
 
 
+# --------------------------------------------------------------------------- starting the cluster
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEDULER_ENV = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(ALLOWED_FAILURES),
+                 "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": f"{WORKER_SATURATION:g}"}
+TLS_OPTIONS = ("tls_ca_file", "tls_cert", "tls_key")
+
+
+def _with_repo_path(env: dict) -> dict:
+    """``env`` with this checkout on PYTHONPATH (``autograder`` and ``course`` importable), after
+    whatever PYTHONPATH already holds."""
+    rest = env.get("PYTHONPATH")
+    return dict(env, PYTHONPATH=os.pathsep.join(([rest] if rest else []) + [str(REPO)]))
+
+
+def _tls_args(args) -> list[str]:
+    given = [getattr(args, k) for k in TLS_OPTIONS]
+    if any(given) and not all(given):
+        raise SystemExit("TLS needs all three of --tls-ca-file, --tls-cert and --tls-key")
+    return [x for k, v in zip(TLS_OPTIONS, given) if v
+            for x in (f"--{k.replace('_', '-')}", str(Path(v).resolve()))]
+
+
+def scheduler_command(args, env: dict) -> tuple[list[str], dict]:
+    """The ``dask scheduler`` command line and environment for ``scheduler`` (see the module
+    docstring)."""
+    tls = _tls_args(args)
+    cmd = [sys.executable, "-m", "dask", "scheduler", "--host", args.host, "--port", str(args.port)]
+    cmd += ["--protocol", "tls"] if tls else []
+    cmd += (["--no-dashboard"] if args.no_dashboard
+            else ["--dashboard-address", f"{args.host}:{args.dashboard_port}"])
+    cmd += (["--scheduler-file", str(args.scheduler_file)] if args.scheduler_file else []) + tls
+    return cmd, _with_repo_path(dict(env, **SCHEDULER_ENV))
+
+
+def worker_command(args, env: dict) -> tuple[list[str], dict]:
+    """The ``dask worker`` command line and environment for ``worker`` (see the module docstring)."""
+    root = Path(args.root).resolve()
+    if not (root / grading.CONFIG_FILE).is_file():
+        raise SystemExit(f"--root {root} is not a course root (no {grading.CONFIG_FILE} there)")
+    host = args.host
+    if host is None:
+        scheme_less = args.address.split("://", 1)[-1]
+        if not scheme_less.startswith(("127.", "localhost", "[::1]")):
+            raise SystemExit("give --host: the address of this machine that the scheduler and the "
+                             "other workers reach (the worker listens there only)")
+        host = "127.0.0.1"
+    tls = _tls_args(args)
+    if tls and not args.address.startswith("tls://"):
+        raise SystemExit(f"with TLS options the scheduler's address is tls://..., not {args.address}")
+    cmd = [sys.executable, "-m", "dask", "worker", args.address, "--nthreads", "1",
+           "--nworkers", str(args.nworkers), "--host", host, "--no-dashboard"]
+    cmd += (["--name", args.name] if args.name else [])
+    cmd += (["--local-directory", str(args.local_directory)] if args.local_directory else []) + tls
+    return cmd, _with_repo_path(dict(env, COURSE_ROOT=str(root)))
+
+
+def _cluster_parser(what: str):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m autograder.dask_grading {what}")
+    if what == "worker":
+        parser.add_argument("address", help="the scheduler: tcp://HOST:PORT (tls://HOST:PORT with TLS)")
+        parser.add_argument("--root", default=str(REPO),
+                            help="the course root this worker grades with (default: this checkout)")
+        parser.add_argument("--nworkers", type=int, default=1, help="one-thread workers to start")
+        parser.add_argument("--host", default=None,
+                            help="the interface to listen on (default 127.0.0.1 for a scheduler on "
+                                 "this machine; required otherwise)")
+        parser.add_argument("--name", default=None)
+        parser.add_argument("--local-directory", default=None)
+    else:
+        parser.add_argument("--host", default="127.0.0.1",
+                            help="the interface the scheduler and its dashboard listen on")
+        parser.add_argument("--port", type=int, default=8786)
+        parser.add_argument("--dashboard-port", type=int, default=8787)
+        parser.add_argument("--no-dashboard", action="store_true")
+        parser.add_argument("--scheduler-file", default=None)
+    for option in TLS_OPTIONS:
+        parser.add_argument(f"--{option.replace('_', '-')}", default=None)
+    return parser
+
+
 # --------------------------------------------------------------------------- the job
 
 @dataclass
@@ -342,24 +439,52 @@ class Cluster:
             pass
 
 
-def connect(address: str, root: Path, timeout: float = 30) -> Cluster:
-    """Connect to the scheduler at ``address`` and check it can grade course root ``root``:
-    its retry settings, and the course version of the workers there now (a warning for each
-    that differs; each of them would refuse its jobs)."""
+def security(tls_ca_file: str | None = None, tls_cert: str | None = None, tls_key: str | None = None):
+    """The client's ``distributed.Security``: TLS with these PEM files (all three, or none: then
+    Dask's own configuration decides, plain TCP by default)."""
+    from distributed import Security
+
+    given = (tls_ca_file, tls_cert, tls_key)
+    if not any(given):
+        return None
+    if not all(given):
+        raise SetupError("TLS needs all three of --tls-ca-file, --tls-cert and --tls-key")
+    return Security(tls_ca_file=str(tls_ca_file), tls_client_cert=str(tls_cert), tls_client_key=str(tls_key),
+                    require_encryption=True)
+
+
+START_SCHEDULER = "python -m autograder.dask_grading scheduler (from a checkout of the course)"
+
+
+def connect(address: str, root: Path, timeout: float = 30, tls: dict | None = None) -> Cluster:
+    """Connect to the scheduler at ``address`` (with ``tls``: the keyword arguments of
+    ``security``) and check it can grade course root ``root``: it imports this package (it
+    unpickles every job), its retry settings, and the course version of the workers there now (a
+    warning for each that differs; each of them would refuse its jobs)."""
+    import importlib.util as _util
+
     import dask.config
     from distributed import Client
 
     version = course_version(root)
+    secure = security(**(tls or {}))
     try:
-        client = Client(address, timeout=timeout)
+        client = Client(address, timeout=timeout, security=secure)  # the default: distributed.wait uses it
     except (OSError, TimeoutError) as err:
         raise SetupError(f"cannot reach the Dask scheduler {address}: {err}") from err
     try:
+        importable = client.run_on_scheduler(_util.find_spec, "autograder") is not None
         failures = client.run_on_scheduler(dask.config.get, "distributed.scheduler.allowed-failures")
         saturation = client.run_on_scheduler(dask.config.get, "distributed.scheduler.worker-saturation")
     except Exception as err:  # noqa: BLE001
         client.close()
         raise SetupError(f"cannot read the settings of the Dask scheduler {address}: {err}") from err
+    if not importable:
+        client.close()
+        raise SetupError(
+            f"refusing to grade on the Dask scheduler {address}: it cannot import this course's "
+            f"grading code (autograder), and it unpickles every job, so every job would fail with "
+            f"'Error during deserialization of the task graph'. Start it as: {START_SCHEDULER}")
     if failures != ALLOWED_FAILURES or float(saturation) != WORKER_SATURATION:
         client.close()
         raise SetupError(
@@ -368,8 +493,7 @@ def connect(address: str, root: Path, timeout: float = 30) -> Cluster:
             f"{ALLOWED_FAILURES} (a submission whose worker dies is graded again once, and zeroed "
             f"when the second worker dies too) and worker-saturation {WORKER_SATURATION:g} (a worker "
             f"holds only the jobs it runs, so a death is blamed on the submission it was grading). "
-            f"Start it as: DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES={ALLOWED_FAILURES} "
-            f"DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION={WORKER_SATURATION:g} dask scheduler")
+            f"Start it as: {START_SCHEDULER}")
     try:
         versions = client.run(_worker_version)
     except Exception as err:  # noqa: BLE001 (a worker without the course: its jobs fail and say so)
@@ -381,6 +505,18 @@ def connect(address: str, root: Path, timeout: float = 30) -> Cluster:
                   f"it will refuse every job", file=sys.stderr)
     print(f"Dask: {len(versions)} worker(s), course version {version}", flush=True)
     return Cluster(client, address, version)
+
+
+def _flight_view(keys: list, dask_scheduler=None) -> tuple[list, dict]:
+    """Run on the scheduler (``Client.run_on_scheduler``): the workers there now, and for each of
+    ``keys`` still known, (its state, the worker processing it or None, how many workers died
+    while running it: ``TaskState.suspicious``)."""
+    tasks = {}
+    for key in keys:
+        ts = dask_scheduler.tasks.get(key)
+        if ts is not None:
+            tasks[key] = (ts.state, ts.processing_on.address if ts.processing_on else None, ts.suspicious)
+    return list(dask_scheduler.workers), tasks
 
 
 class DaskRunner(grade_class.Runner):
@@ -438,14 +574,47 @@ class DaskRunner(grade_class.Runner):
         return grade_class.Outcome(result.rc, result.timed_out, result.seconds, result.changed,
                                    result.machine, result.worker, result.grader_error)
 
+    def watch(self, flight: dict) -> None:
+        """One look at the scheduler (``_flight_view``): which worker runs each job in ``flight``,
+        how many workers died while running it (Dask's own count, ``TaskState.suspicious``), and
+        which workers have left since the last look. A death is named at once, in the output and in
+        that submission's notes; Dask grades the job again on another worker (once: a second death
+        ends in ``KilledWorker``, see ``receive``)."""
+        by_key = {f.key: item for f, item in flight.items()}
+        try:
+            workers, tasks = self.cluster.client.run_on_scheduler(_flight_view, list(by_key))
+        except Exception:  # noqa: BLE001 (the scheduler is gone: the futures say so)
+            return
+        for key, (_, worker, deaths) in tasks.items():
+            seen = self.deaths.get(key, 0)
+            if deaths > seen and key in by_key:
+                student, notes, _ = by_key[key]
+                who = self.running.get(key) or "(not seen)"
+                note = (f"the Dask worker grading it ({who}) died; Dask grades it again on another worker"
+                        if deaths == 1 else f"a second Dask worker grading it ({who}) died")
+                notes.append(note)
+                print(f"{self.assignment} {student}: {note}", flush=True)
+            self.deaths[key] = max(seen, deaths)
+        blamed = {self.running.get(k) for k, (_, _, d) in tasks.items() if d > 0}
+        for worker in sorted(set(self.workers) - set(workers) - blamed):
+            print(f"{self.assignment}: Dask worker {worker} left the cluster (it was grading none of "
+                  f"this run's submissions)", flush=True)
+        self.workers = set(workers)
+        self.running.update({k: w for k, (_, w, _) in tasks.items() if w})
+        self.states = {k: state for k, (state, _, _) in tasks.items()}
+
     def grade_all(self, todo: list, done, results: list) -> None:
         """Submit the jobs (at most two per worker thread ahead of the results: the scheduler's
         queue stays short and the journal's ``grading`` entries mean sent), take results as they
-        come, refill."""
+        come, refill. A result's future is released as soon as it is read, so that Dask forgets
+        the task and never grades a finished submission again when the worker that ran it dies
+        (a held future keeps its result on that worker, and Dask recomputes lost results)."""
         from distributed import wait
 
         pending = deque(todo)
         flight: dict = {}
+        self.workers, self.running, self.deaths, self.states = set(), {}, {}, {}
+        self.watch(flight)
         try:
             while pending or flight:
                 room = max(2, 2 * self.cluster.threads())
@@ -463,31 +632,46 @@ class DaskRunner(grade_class.Runner):
                         raise
                     raise SchedulerLost(f"lost the Dask scheduler {self.cluster.address} while "
                                         f"grading ({type(err).__name__})") from err
-                for fut in finished:
+                self.watch(flight)
+                while finished:
+                    fut = finished.pop()
                     student, notes, before = flight.pop(fut)
                     try:
                         outcome = self.receive(student, fut)
                     except SchedulerLost:
                         flight[fut] = (student, notes, before)
                         raise
+                    fut.release()   # Dask forgets it: a worker's death cannot make it run again
+                    del fut
                     done(self.conclude(student, notes, before, outcome))
         except BaseException as err:
             self.stopping = True
             lost = isinstance(err, SchedulerLost)
+            started = 0
             for fut, (student, _, before) in flight.items():
                 if not lost:
                     fut.cancel()
+                running = self.states.get(fut.key) == "processing"
+                started += running
+                if lost and not running:
+                    reason = ("not started: the Dask scheduler was lost while it waited in the "
+                              "scheduler's queue (no worker was grading it when the coordinator last "
+                              f"looked, at most {POLL_S:g} s before)")
+                elif lost:
+                    reason = (f"interrupted: the Dask scheduler was lost while worker "
+                              f"{self.running.get(fut.key, '(not seen)')} was grading it")
+                else:
+                    reason = "interrupted: the run was stopped while it was being graded"
                 with self.lock:
                     self.save(grade_class.Result(
-                        student, grade_class.INTERRUPTED,
-                        ("interrupted: the Dask scheduler was lost while it was being graded"
-                         if lost else "interrupted: the run was stopped while it was being graded")
-                        + "; the gradebook may hold an older or incomplete grade (re-run with "
-                          "--unfinished)", sha256=before))
+                        student, grade_class.INTERRUPTED, reason + "; the gradebook may hold an older "
+                        "or incomplete grade (re-run with --unfinished)", sha256=before))
             if lost:
-                raise SchedulerLost(f"{err}: {len(flight)} submission(s) interrupted, "
-                                    f"{len(pending)} not started; re-run with --unfinished to "
-                                    f"grade only what the journal shows unfinished") from None
+                raise SchedulerLost(f"{err}: {started} submission(s) interrupted while a worker graded "
+                                    f"them, {len(flight) - started} sent but not started, "
+                                    f"{len(pending)} not sent; restart the scheduler and the workers "
+                                    f"(they exit with it), then re-run with --unfinished to grade only "
+                                    f"what the journal shows unfinished") from None
             raise
 
 
@@ -496,7 +680,15 @@ def main(argv: list[str]) -> int:
         root = Path(argv[1]) if len(argv) > 1 else grading.course_root()
         print(course_version(root))
         return 0
-    print(__doc__.splitlines()[2].strip())
+    if argv[:1] in (["scheduler"], ["worker"]):
+        args = _cluster_parser(argv[0]).parse_args(argv[1:])
+        build = scheduler_command if argv[0] == "scheduler" else worker_command
+        cmd, env = build(args, dict(os.environ))
+        print(" ".join(cmd), flush=True)
+        if argv[0] == "worker":  # python -m puts the working folder first on sys.path: the course root's
+            os.chdir(Path(args.root).resolve())
+        os.execve(cmd[0], cmd, env)
+    print("\n".join(__doc__.splitlines()[2:5]))
     return 2
 
 

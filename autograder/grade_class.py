@@ -766,6 +766,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="grade on the workers of this Dask scheduler (tcp://host:8786; "
                              "autograder/dask_grading.py); needs a PostgreSQL gradebook")
+    for option, what in (("--tls-ca-file", "the CA certificate(s)"), ("--tls-cert", "this client's certificate"),
+                         ("--tls-key", "this client's private key")):
+        parser.add_argument(option, default=None, metavar="PEM",
+                            help=f"with --scheduler tls://...: {what} (all three, as the scheduler was started with)")
     parser.add_argument("--shard", type=parse_shard, metavar="K/N",
                         help="grade only the students whose stable hash falls in shard K of N "
                              "(0 <= K < N); the report is <a>.shard-K-of-N.json (--merge joins them)")
@@ -804,7 +808,8 @@ def main(argv: list[str]) -> int:
     if args.scheduler:
         from autograder import dask_grading
         try:
-            cluster = dask_grading.connect(args.scheduler, root)
+            cluster = dask_grading.connect(args.scheduler, root, tls={
+                "tls_ca_file": args.tls_ca_file, "tls_cert": args.tls_cert, "tls_key": args.tls_key})
         except dask_grading.SetupError as err:
             print(err, file=sys.stderr)
             return 2

@@ -22,6 +22,7 @@ Under CI a missing PostgreSQL or ``dask`` fails; elsewhere it skips.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -41,8 +42,6 @@ from test_hostile_submissions import toy_cases  # noqa: E402 (the hostile class'
 A = "toy"
 AUTO = {"test_square": 1.0, "test_cube": 2.0}
 VENV_BIN = Path(sys.executable).parent
-SCHEDULER_ENV = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
-                 "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"}
 SHORT_LIMITS = """
 # tests/test_dask_grading.py: the short limits tests/test_hostile_submissions.py passes
 c.SandboxedExecute.timeout = 6
@@ -53,12 +52,16 @@ c.SandboxedExecute.max_output_bytes = 200000
 SLOW_SQUARE = "import time\ntime.sleep(2)\ndef square(x):\n    return x * x"
 
 
-def env(**extra):
+def env(bare=False, **extra):
     """This venv first on PATH (nbgrader runs ``alembic``), this checkout first on PYTHONPATH (so
-    ``autograder`` and ``course`` are this worktree's in every process), no COURSE_DB_URL."""
-    out = {k: v for k, v in os.environ.items() if k not in (database.ENV, "COURSE_ROOT")}
+    ``autograder`` and ``course`` are this worktree's in every process), no COURSE_DB_URL.
+    ``bare``: no PYTHONPATH and no DASK_* settings at all, as in a fresh shell in the checkout, where
+    the README's commands start the scheduler and the workers."""
+    out = {k: v for k, v in os.environ.items() if k not in (database.ENV, "COURSE_ROOT")
+           and not (bare and (k == "PYTHONPATH" or k.startswith("DASK_")))}
     out["PATH"] = f"{VENV_BIN}{os.pathsep}{out.get('PATH', '')}"
-    out["PYTHONPATH"] = os.pathsep.join([str(grading.REPO)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
+    if not bare:
+        out["PYTHONPATH"] = os.pathsep.join([str(grading.REPO)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
     out.update(extra)
     return out
 
@@ -72,16 +75,18 @@ def need(what, err):
 # ----------------------------------------------------------------- processes
 
 class Scheduler:
-    """``dask scheduler`` on 127.0.0.1, a free port, no dashboard, the grading settings."""
+    """The scheduler as the README starts it (``python -m autograder.dask_grading scheduler``, in
+    the checkout, from a bare environment) on 127.0.0.1, a free port, no dashboard; ``tls``: the
+    three PEM files' options."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, tls=()):
         folder.mkdir(parents=True, exist_ok=True)
         info = folder / "scheduler.json"
         self.log = folder / "scheduler.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
-             "--no-dashboard", "--scheduler-file", str(info)],
-            cwd=folder, env=env(**SCHEDULER_ENV), stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "autograder.dask_grading", "scheduler", "--host", "127.0.0.1",
+             "--port", "0", "--no-dashboard", "--scheduler-file", str(info), *tls],
+            cwd=grading.REPO, env=env(bare=True), stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.time() + 90
         while time.time() < deadline and not (info.exists() and info.read_text().strip()):
@@ -96,23 +101,26 @@ class Scheduler:
         self.proc.wait()
 
 
-def start_worker(address, folder: Path, course: Path, hide: Path | None, extra_env=None, pythonpath=None):
-    """``dask worker ADDRESS`` (with its nanny) in ``folder``, grading with a copy of ``course``'s
-    config and solutions (its COURSE_ROOT); ``hide``: a folder it must not see (as root)."""
+def start_worker(address, folder: Path, course: Path, hide: Path | None, extra_env=None, pythonpath=None, tls=()):
+    """A worker as the README starts one (``python -m autograder.dask_grading worker ADDRESS
+    --root ...``, in the checkout, from a bare environment: a nanny and one one-thread worker),
+    grading with a copy of ``course``'s config and solutions as its course root (a toy course:
+    ``--root``); ``hide``: a folder it must not see (as root); ``pythonpath``: a folder before the
+    checkout on its PYTHONPATH (a changed ``course``)."""
     folder.mkdir(parents=True)
     mine = folder / "course"
     (mine / "solutions").mkdir(parents=True)
     shutil.copy(course / grading.CONFIG_FILE, mine / grading.CONFIG_FILE)
     shutil.copytree(course / "solutions" / A, mine / "solutions" / A)
-    cmd = [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
-           "--no-dashboard", "--name", folder.name, "--local-directory", str(folder / "dask")]
+    cmd = [sys.executable, "-m", "autograder.dask_grading", "worker", address, "--root", str(mine),
+           "--host", "127.0.0.1", "--name", folder.name, "--local-directory", str(folder / "dask"), *tls]
     if hide is not None and os.geteuid() == 0 and shutil.which("unshare"):
         cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                'mount -t tmpfs -o size=1m none "$0" && exec "$@"', str(hide), *cmd]
-    extra = dict(extra_env or {}, COURSE_ROOT=str(mine))
+    extra = dict(extra_env or {})
     if pythonpath:
-        extra["PYTHONPATH"] = os.pathsep.join([str(pythonpath), str(grading.REPO)])
-    return subprocess.Popen(cmd, cwd=folder, env=env(**extra), stdout=open(folder / "worker.log", "w"),
+        extra["PYTHONPATH"] = str(pythonpath)
+    return subprocess.Popen(cmd, cwd=grading.REPO, env=env(bare=True, **extra), stdout=open(folder / "worker.log", "w"),
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -412,11 +420,180 @@ def test_a_killed_worker_regrades_once_then_zeroes(toy, coordinators, cluster, p
     for student in ("a_once", "c_plain"):
         assert report[student]["state"] == "graded", (student, report[student], out)
         assert {g: grades[student][g][0] for g in AUTO} == AUTO, (student, grades[student])
+    # each death is named as it happens, in the output and in that submission's notes
+    assert out.count("a_once: the Dask worker grading it") == 1, out
+    assert any("worker grading it" in n and "died" in n for n in report["a_once"]["notes"]), report["a_once"]
+    assert "b_twice: the Dask worker grading it" in out and "b_twice: a second Dask worker" in out, out
     entry = report["b_twice"]
     assert entry["state"] == "failed" and "died, twice" in entry["reason"], entry
     assert all(auto == 0 and score == 0 and not manual for auto, score, manual in grades["b_twice"].values())
     assert not (root / "autograded" / "b_twice").exists()
     assert submission_counts(url) == {s: 1 for s in ("a_once", "b_twice", "c_plain")}
+
+
+def processed(client, student) -> int:
+    """How many times the scheduler sent ``student``'s grading job to a worker (its transition log:
+    every move of a ``grade-toy-<student>-*`` task into ``processing``)."""
+    prefix = f"grade-{A}-{student}-"
+    return client.run_on_scheduler(lambda dask_scheduler: sum(
+        1 for t in dask_scheduler.transition_log if str(t[0]).startswith(prefix) and t[2] == "processing"))
+
+
+def test_a_finished_submission_is_not_graded_again_when_its_worker_dies(toy, coordinators, cluster, pg):
+    """Kill the worker that graded ``a_first`` as soon as the report says it is graded, while the
+    others are still graded: the coordinator has released its result, so Dask forgets the task and
+    never sends it to a worker again (a held future keeps the result on that worker, and Dask
+    recomputes a lost result: ``a_first`` would be graded twice, silently). The output names the
+    worker's death."""
+    scheduler, client, workers_base = cluster
+    root = course_copy(toy, coordinators, "released")
+    url = new_gradebook(pg, "released", root)
+    submit(root, "a_first", source(root))
+    slow = grading.edit_cells(source(root), {"square": SLOW_SQUARE.replace("(2)", "(4.5)")})
+    for student in ("b_slow", "c_slow"):
+        submit(root, student, slow)
+    proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
+                             "--scheduler", scheduler.address], cwd=grading.REPO,
+                            env=env(**{database.ENV: url}), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and report_of(root).get("a_first", {}).get("state") != "graded":
+            time.sleep(0.05)
+        worker = report_of(root)["a_first"]["worker"]
+        pids = client.run(os.getpid)
+        os.kill(pids[worker], signal.SIGKILL)
+        out = proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        client.wait_for_workers(2, timeout=180)   # the nanny restarts the killed worker
+    assert processed(client, "a_first") == 1, f"a_first was sent to a worker again after its result:\n{out}"
+    # the death is in the output: as a worker that left, or (when it had taken the next job) as the
+    # death of the worker grading that job
+    assert (f"Dask worker {worker} left the cluster" in out
+            or f"the Dask worker grading it ({worker}) died" in out), out
+    report = report_of(root)
+    assert all(report[s]["state"] == "graded" for s in ("a_first", "b_slow", "c_slow")), out
+    assert submission_counts(url) == {"a_first": 1, "b_slow": 1, "c_slow": 1}
+
+
+def test_a_plain_dask_scheduler_is_refused_with_the_command_that_works(toy, coordinators, pg, tmp_path):
+    """A ``dask scheduler`` started as Dask documents it, with the two settings but without this
+    checkout on its path, cannot unpickle a job (every job would fail): the coordinator refuses
+    before grading anything and names ``python -m autograder.dask_grading scheduler``."""
+    info = tmp_path / "scheduler.json"
+    plain = subprocess.Popen(
+        [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+         "--scheduler-file", str(info)], cwd=tmp_path,
+        env=env(bare=True, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="1",
+                DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION="1.0"),
+        stdout=open(tmp_path / "scheduler.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and not (info.exists() and info.read_text().strip()):
+            time.sleep(0.2)
+        address = json.loads(info.read_text())["address"]
+        root = course_copy(toy, coordinators, "plain")
+        url = new_gradebook(pg, "plain", root)
+        submit(root, "solution", source(root))
+        rc, out, report = run_class(root, "--scheduler", address, url=url)
+    finally:
+        stop(plain)
+    assert rc == 2 and "cannot import this course's grading code" in out, out
+    assert "python -m autograder.dask_grading scheduler" in out, out
+    assert report == {}, "something was graded"
+
+
+def make_certificates(folder: Path) -> dict:
+    """A CA and one certificate it signed for 127.0.0.1 (openssl), as the three TLS options."""
+    if not shutil.which("openssl"):
+        need("openssl", "not on PATH")
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run(*args):
+        proc = subprocess.run(["openssl", *args], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.returncode == 0, proc.stdout
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=course-test-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "node.key", "-out", "node.csr")
+    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-extfile", "ext.cnf", "-out", "node.pem")
+    return {"--tls-ca-file": folder / "ca.pem", "--tls-cert": folder / "node.pem", "--tls-key": folder / "node.key"}
+
+
+def test_one_class_graded_over_tls(toy, coordinators, pg, tmp_path_factory):
+    """The scheduler and a worker started with the README's TLS options (self-made CA and
+    certificate, loopback): the scheduler listens on tls:// only, a coordinator with the same three
+    options grades the class, one without them cannot connect and grades nothing."""
+    base = tmp_path_factory.mktemp("tls")
+    tls = [str(x) for kv in make_certificates(base / "certs").items() for x in kv]
+    scheduler = Scheduler(base / "scheduler", tls=tls)
+    worker = None
+    try:
+        assert scheduler.address.startswith("tls://"), scheduler.address
+        worker = start_worker(scheduler.address, base / "w1", toy, coordinators, tls=tls)
+        root = course_copy(toy, coordinators, "tls")
+        url = new_gradebook(pg, "tls", root)
+        submit(root, "solution", source(root))
+        submit(root, "wrong", grading.edit_cells(source(root), {"square": "def square(x):\n    return x + x"}))
+        rc, out, _ = run_class(root, "--scheduler", scheduler.address.replace("tls://", "tcp://"), url=url, timeout=120)
+        assert rc == 2 and "cannot reach the Dask scheduler" in out, out
+        rc, out, report = run_class(root, "--scheduler", scheduler.address, *tls, url=url)
+    finally:
+        if worker is not None:
+            stop(worker)
+        scheduler.kill()
+    assert rc == 0, out
+    assert report["solution"]["state"] == "graded", (report, out)
+    assert {g: report["solution"]["cells"][g]["score"] for g in AUTO} == AUTO, report["solution"]
+    assert report["wrong"]["state"] == "graded" and report["wrong"]["cells"]["test_square"]["score"] == 0, report
+
+
+def test_the_readme_starts_the_cluster_with_the_commands_these_tests_use():
+    """Every by-hand line of the README that starts a scheduler or a worker is
+    ``python -m autograder.dask_grading scheduler|worker`` (what ``Scheduler`` and ``start_worker``
+    run here), and its options are ones that command takes: the README cannot drift to a command the
+    tests do not run. Negative control: the old by-hand line (a plain ``dask scheduler``) is caught."""
+    import shlex
+
+    from autograder import dask_grading
+
+    def starts(text):
+        """The lines of the text's ```bash blocks that start a scheduler or a worker."""
+        found = []
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+            for line in block.splitlines():
+                line = line.strip().rstrip("\\").strip()
+                if line.startswith("#") or not re.search(r"\bdask(_grading)? (scheduler|worker)\b", line):
+                    continue
+                found.append(line.split("  #")[0].replace("$TLS", "--tls-ca-file a --tls-cert b --tls-key c")
+                             .replace('"$(nproc)"', "2"))
+        return found
+
+    def problems(lines):
+        out = []
+        for line in lines:
+            words = shlex.split(line)
+            words = words[words.index("-m") + 1:] if "-m" in words else words
+            if words[:1] != ["autograder.dask_grading"] or words[1:2] not in (["scheduler"], ["worker"]):
+                out.append(f"not a course command: {line}")
+                continue
+            try:
+                dask_grading._cluster_parser(words[1]).parse_args(words[2:])
+            except SystemExit:
+                out.append(f"options the command does not take: {line}")
+        return out
+
+    readme = (grading.REPO / "README.md").read_text(encoding="utf-8")
+    lines = starts(readme)
+    assert len(lines) >= 4, lines
+    assert problems(lines) == []
+    old = ("DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=1 .venv/bin/dask scheduler --port 8786",
+           ".venv/bin/python -m autograder.dask_grading worker tcp://h:8786 --nthreads 1")
+    assert len(problems(starts("```bash\n" + "\n".join(old) + "\n```\n"))) == 2
 
 
 # ----------------------------------------------------------------- hostile submissions
@@ -491,6 +668,8 @@ def test_the_scheduler_lost_mid_run_then_unfinished_only(toy, coordinators, clus
     slow = SLOW_SQUARE.replace("(2)", "(4.5)")
     slow_cube = "import time\ntime.sleep(4.5)\ndef cube(x):\n    return x ** 3"
     submit(root, "b_slow", grading.edit_cells(source(root), {"square": slow, "cube": slow_cube}))
+    submit(root, "c_slow", grading.edit_cells(source(root), {"square": slow, "cube": slow_cube}))
+    submit(root, "d_queued", source(root))   # sent, but both workers are busy: waits in the queue
     try:
         proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
                                  "--scheduler", scheduler.address], cwd=grading.REPO,
@@ -499,7 +678,7 @@ def test_the_scheduler_lost_mid_run_then_unfinished_only(toy, coordinators, clus
         deadline = time.time() + 300
         while time.time() < deadline and not (
                 report_of(root).get("a_fast", {}).get("state") == "graded"
-                and "b_slow" in nbgrader_processes(base).values()):
+                and {"b_slow", "c_slow"} <= set(nbgrader_processes(base).values())):
             time.sleep(0.2)
         scheduler.kill()
         out = proc.communicate(timeout=120)[0]
@@ -507,20 +686,26 @@ def test_the_scheduler_lost_mid_run_then_unfinished_only(toy, coordinators, clus
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, out
-    assert "--unfinished" in out, out
+    assert "--unfinished" in out and "restart the scheduler and the workers" in out, out
+    assert "Traceback" not in out, f"a traceback after the runner's message:\n{out}"
+    assert "2 submission(s) interrupted while a worker graded them, 1 sent but not started" in out, out
     report = report_of(root)
     assert report["a_fast"]["state"] == "graded", report
-    assert report["b_slow"]["state"] == "interrupted" and "scheduler was lost" in report["b_slow"]["reason"]
+    for student in ("b_slow", "c_slow"):
+        entry = report[student]
+        assert entry["state"] == "interrupted" and "scheduler was lost while worker" in entry["reason"], entry
+    assert report["d_queued"]["state"] == "interrupted" and report["d_queued"]["reason"].startswith(
+        "not started: the Dask scheduler was lost while it waited"), report["d_queued"]
     graded_at = report["a_fast"]["finished"]
     rc, out, report = run_class(root, "--unfinished", "--jobs", "2", url=url)
     assert rc == 0, out
-    assert "1 submission(s) already finished" in out and "grading 1" in out, out
+    assert "1 submission(s) already finished" in out and "grading 3" in out, out
     assert report["a_fast"]["finished"] == graded_at, "a finished submission was graded again"
     grades = rows(url)
-    for student in ("a_fast", "b_slow"):
+    for student in ("a_fast", "b_slow", "c_slow", "d_queued"):
         assert report[student]["state"] == "graded", report[student]
         assert {g: grades[student][g][0] for g in AUTO} == AUTO
-    assert submission_counts(url) == {"a_fast": 1, "b_slow": 1}
+    assert submission_counts(url) == {"a_fast": 1, "b_slow": 1, "c_slow": 1, "d_queued": 1}
 
 
 # ----------------------------------------------------------------- one worker at a time
