@@ -33,11 +33,14 @@ STUCK_ALWAYS = "def loss_is_stuck(losses, window=20, min_drop=0.05):\n    return
 DETECT_ALT = ("import warnings\n"   # two real steps of the training loop, schedule included
               "from course.reference.train import start, train_steps\n\n"
               "def detect(pipe):\n"
-              "    run = start(pipe, seed=3)\n"
-              "    before = [p.detach().clone() for p in run.model.parameters()]\n"
-              "    with warnings.catch_warnings():\n"
-              "        warnings.simplefilter('ignore')\n"
-              "        train_steps(run, 2, eval_every=0)\n"
+              "    try:\n"   # a pipeline that crashes under the test is broken (the exercise's rule)
+              "        run = start(pipe, seed=3)\n"
+              "        before = [p.detach().clone() for p in run.model.parameters()]\n"
+              "        with warnings.catch_warnings():\n"
+              "            warnings.simplefilter('ignore')\n"
+              "            train_steps(run, 2, eval_every=0)\n"
+              "    except Exception:\n"
+              "        return True\n"
               "    return min(float((p.detach() - b).abs().max()) for p, b in zip(run.model.parameters(), before)) < 1e-6\n")
 DETECT_ALL = ("def detect(pipe):\n"   # fires only when *no* tensor moves: misses a single stuck tensor
               "    s = one_step(pipe)\n"

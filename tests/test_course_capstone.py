@@ -32,6 +32,17 @@ def test_family_table_is_consistent():
     assert len(capstone.FAMILY_OF) == sum(len(f.bugs) for f in capstone.FAMILIES.values()), "a bug in two families"
 
 
+def test_print_candidates_lists_each_bug_of_the_family_with_its_catalogue_symptom(capsys):
+    from course.bugs import get
+    for name, fam in capstone.FAMILIES.items():
+        capstone.print_candidates(name)
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith(repr(name)) and len(lines) == 1 + len(fam.bugs), lines
+        assert [line.strip() for line in lines[1:]] == [f"{b}: {get(b).symptom}" for b in fam.bugs]
+    with pytest.raises(KeyError):
+        capstone.print_candidates("no-such-family")
+
+
 def test_same_id_same_draw_and_other_ids_or_attempts_differ():
     a, again = capstone.draw_for("ada"), capstone.draw_for("ada")
     assert mystery.reveal(a) == mystery.reveal(again) and mystery.signature(a) == mystery.signature(again)

@@ -1,5 +1,7 @@
 """course.toolkit.phases, course.lessons.throughput and the throughput bugs: each check with its negative control."""
 
+import statistics
+
 import pytest
 import torch
 
@@ -92,6 +94,20 @@ def test_sync_checkpoint_slows_only_its_own_steps(baseline):
     assert slow == list(range(7, tp.TRACE_STEPS, 8))  # run.step == s + 1 is a multiple of 8
     others = [t for s, t in enumerate(tp.step_times(run)) if s not in slow]
     assert max(others[1:]) < 3 * min(tp.step_times(run)[s] for s in slow)
+
+
+def test_interval_explorer_text_lists_every_interval_against_the_stated_reference():
+    from course.bugs.throughput import SyncCheckpoint
+    traces = {k: tp.traced(SMALL.replace(checkpoint=SyncCheckpoint(k)), seed=0) for k in (2, 8)}
+    box = tp.interval_explorer(traces)
+    text = box._repr_mimebundle_()["text/plain"]
+    lines = text.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["save every 2 steps", "save every 8 steps"], text
+    ref = statistics.median(tp.step_times(traces[8]))
+    assert all(f"save-every-8 run ({1e3 * ref:.2f} ms)" in line for line in lines), text
+    slow = sum(t > 2 * ref for t in tp.step_times(traces[2]))
+    assert f"; {slow} of {len(tp.step_times(traces[2]))} steps over twice" in lines[0], text
+    assert "save every save every" not in text and not text.startswith("save every 2:"), text
 
 
 def test_the_checkpoint_controls_split_the_save_from_the_modelled_disk():

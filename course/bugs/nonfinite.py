@@ -103,9 +103,10 @@ def adam_eps_zero(pipe: Pipeline) -> Pipeline:
 
 @bug("non-finite", "loss explodes for several steps, then the gradients overflow and everything is NaN")
 def lr_sign_typo(pipe: Pipeline) -> Pipeline:
-    """The learning rate is 1e5 (an exponent typed without its minus sign, 1e-5 written 1e5, in place of
-    the recipe's rate): each AdamW
+    """The recipe's learning rate is overridden with 1e5: an exponent typed without its minus sign
+    (1e-5 meant, 1e5 written); the fix drops the override and puts back the recipe's rate. Each AdamW
     step moves every weight by about the learning rate (the warm-up ramps the LR actually used up to
     1e5), so the weights grow roughly additively, not geometrically, until the backward pass overflows:
-    the first non-finite tensor is a gradient, at a step that depends on the run."""
+    the first non-finite tensor is a gradient, at a step that depends on the run and on the machine
+    (float rounding differs between CPUs)."""
     return pipe.replace(lr=1e5)

@@ -41,7 +41,10 @@ def stall_start(pipe) -> int:
 
 @dataclass(frozen=True)
 class SyncCheckpoint:
-    """Serialise the model and optimizer on the training thread every ``every`` steps, to a slow disk."""
+    """Serialise the model and optimizer on the training thread every ``every`` steps, into a buffer
+    in memory (no file is written; the buffer is freed on return), then charge the write of that many
+    bytes to a slow disk (``DISK_BYTES_PER_S``) with ``course.toolkit.phases.charge``: a sleep on the
+    real clock, an added cost under the cost model."""
     every: int
 
     def __call__(self, run) -> None:
@@ -94,8 +97,10 @@ def _collate_quadratic(windows: torch.Tensor, pad_id: int):
 
 @bug("throughput", "periodic slow steps: the checkpoint phase of every k-th step")
 def sync_checkpoint_every_k(pipe):
-    """Serialises the model and optimizer to a slow disk on the training thread every 3-5 steps (the
-    interval follows the data seed): each save stalls its own step, and only that step."""
+    """Serialises the model and optimizer on the training thread every 3-5 steps (the interval
+    follows the data seed) and charges the write to a slow disk (``SyncCheckpoint``): each save stalls
+    its own step. Under the cost model only that step pays; on the real clock the step after a save
+    can be slower too (notebook 06 measures it against controls)."""
     return pipe.replace(checkpoint=SyncCheckpoint(checkpoint_interval(pipe)))
 
 

@@ -373,9 +373,24 @@ FAMILY_OF = {bug: f.name for f in FAMILIES.values() for bug in f.bugs}
 
 
 def print_families() -> None:
-    """The list a learner names their family from: name, what it looks like, the notebook."""
+    """The list a learner names their family from: name, what it looks like, the notebook. A family's
+    candidate bugs: ``print_candidates(family)``."""
     for f in FAMILIES.values():
         print(f"{f.name!r:>18}: {f.looks_like} (notebook {f.notebook})")
+
+
+def print_candidates(family: str) -> None:
+    """The candidate causes of ``family`` (one of ``FAMILY_NAMES``): each of its bugs (``FAMILIES[family].bugs``)
+    with the catalogue's one-line symptom (``course.bugs.get(name)``; its ``.doc`` says more). They are
+    the competing hypotheses a diagnosis record weighs, besides a healthy pipeline; they share the
+    family's symptom, so only a test tells them apart. Prints nothing about any draw."""
+    from ..bugs import get
+
+    if family not in FAMILIES:
+        raise KeyError(f"no family {family!r}; the families are {FAMILY_NAMES}")
+    print(f"{family!r}: {FAMILIES[family].looks_like}; its candidate bugs:")
+    for name in FAMILIES[family].bugs:
+        print(f"  {name}: {get(name).symptom}")
 
 
 # ----- drawing ------------------------------------------------------------------------------------

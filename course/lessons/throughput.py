@@ -482,8 +482,11 @@ def overhead(run, blocks: int = 6, block: int = 8) -> dict[str, float]:
 # ----- a widget -----------------------------------------------------------------------------------
 def interval_explorer(traces: dict):
     """A slider over checkpoint intervals (the keys of ``traces``: runs traced under the cost model);
-    each position shows that run's stacked phases and a summary. Returns a ``VBox`` with ``.slider``,
-    ``.summary`` and ``.output``."""
+    each position shows that run's stacked phases and a summary: its mean and median step, and how
+    many of its steps take over twice the median step of the reference run, the last key's (the
+    longest interval). Returns a ``VBox`` with ``.slider``, ``.summary`` and ``.output``; its plain
+    text (where no live widget shows) is the summary of every interval, one line each
+    (``interval_summary``)."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
 
@@ -491,14 +494,10 @@ def interval_explorer(traces: dict):
     slider = widgets.SelectionSlider(options=keys, value=keys[0], description="save every",
                                      style={"description_width": "initial"}, continuous_update=False)
     summary, output = widgets.HTML(), widgets.Output()
-    ref = statistics.median(step_times(traces[keys[-1]]))
 
     def update(change=None) -> None:
         run = traces[slider.value]
-        times = step_times(run)
-        summary.value = (f"save every <b>{slider.value}</b> steps: mean step {1e3 * statistics.mean(times):.2f} ms, "
-                         f"median {1e3 * statistics.median(times):.2f} ms; "
-                         f"{sum(t > 2 * ref for t in times)} of {len(times)} steps over twice the median")
+        summary.value = interval_summary(traces, slider.value)
         output.clear_output(wait=True)
         with output:
             fig, ax = plt.subplots(figsize=(7, 3))
@@ -510,5 +509,16 @@ def interval_explorer(traces: dict):
     update()
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    return with_text(box, lambda: f"{slider.description} {slider.value}: {html_text(summary.value)}"
-                              " (move the slider in JupyterLab for the rest)")
+    return with_text(box, lambda: "\n".join(interval_summary(traces, k) for k in keys))
+
+
+def interval_summary(traces: dict, key) -> str:
+    """One line on the run ``traces[key]`` (a checkpoint every ``key`` steps): its mean and median step
+    time, and how many of its steps take over twice the median step of the reference run, the last
+    key's (the longest interval), whose median the line states."""
+    ref_key = list(traces)[-1]
+    ref = statistics.median(step_times(traces[ref_key]))
+    times = step_times(traces[key])
+    return (f"save every {key} steps: mean step {1e3 * statistics.mean(times):.2f} ms, "
+            f"median {1e3 * statistics.median(times):.2f} ms; {sum(t > 2 * ref for t in times)} of {len(times)} "
+            f"steps over twice the median step of the save-every-{ref_key} run ({1e3 * ref:.2f} ms)")

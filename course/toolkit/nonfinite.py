@@ -49,8 +49,12 @@ Every integer tensor passed to the model is checked as ids: targets passed to th
 (nanoGPT's ``model(idx, targets)``, Hugging Face's ``labels=``) with ``-1`` or ``-100`` in them are
 reported as a bad input, so under a ``Locator`` call the model on the ids alone (as ``locate_step``
 does) and give the targets to the loss.
-The first bad tensor is where to *start* looking: the cause can be one step earlier (a weight the
-previous update made inf shows up first as the output of the module that uses it).
+The first bad tensor is where to *start* looking, not the cause. A weight that an update makes
+non-finite is recorded at stage ``params`` of that step when ``record_params`` is called after the
+update (``course.reference.diagnose.trace`` does, every step); without that call it shows up first
+as the output of the module that uses it, in the next forward pass. Weights that updates grow large
+but keep finite are seen by nothing until something overflows, possibly steps later (a gradient, for
+``lr-sign-typo``).
 """
 
 from __future__ import annotations

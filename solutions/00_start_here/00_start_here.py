@@ -80,15 +80,20 @@ for name, value in baselines.items():
 # ## The symptom
 #
 # We train the reference pipeline and a colleague's copy of it for the same number of steps, from the
-# same seed. Their copy has one bug from the course's catalogue. Before you look at the curves, commit
-# to a guess.
+# same seed. Their copy has one bug from the course's catalogue; the cell below picks it by its place
+# in the catalogue, so that its name is not in view before the Predict cells that ask about it (it is
+# printed after the one-step test further down). Before you look at the curves, commit to a guess.
 
 # %%
 prediction = None  # your guess: the colleague's mean training loss over its last 20 steps, in nats (a number)
 
 # %%
+from course.bugs import catalogue
+
+colleague_bug = catalogue()[4].name  # the colleague's bug, picked by its place in the catalogue
+colleague_pipe = inject(pipe, colleague_bug)
 healthy = train(pipe, steps=STEPS, seed=0, eval_every=0, progress=True)
-colleague = train(inject(pipe, "lr-zero"), steps=STEPS, seed=0, eval_every=0, progress=True)
+colleague = train(colleague_pipe, steps=STEPS, seed=0, eval_every=0, progress=True)
 
 # %% tags=["demo"]
 ax = loss_plot({"reference": healthy.history["loss"], "colleague's copy": colleague.history["loss"]},
@@ -132,31 +137,37 @@ def loss_is_stuck(losses, window=20, min_drop=0.05):
     ### END SOLUTION
 
 # %% [markdown]
-# The visible test tries it on a healthy run and the colleague's bug (a learning rate of 0), both 40
-# steps of a small pipeline, and on two made-up curves. The hidden tests try it
-# on fresh runs with other seeds and other bugs, and on curves that rise, with other windows and
-# thresholds.
+# The visible test tries it on a healthy run and the colleague's bug, both 40 steps of a small
+# pipeline, and on made-up curves: a flat one, a falling one, a rising one, and one with another
+# `window` and `min_drop`. The hidden tests try it on fresh runs with other seeds and other bugs, and
+# on more curves with other windows and thresholds.
 
 # %% nbgrader={"grade": true, "grade_id": "test_loss_is_stuck", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import warnings as _warnings
 from course import ModelConfig as _MC, Pipeline as _Pipeline
-from course.bugs import inject as _inject
+from course.bugs import catalogue as _catalogue, inject as _inject
 from course.exercises.grading import assert_detector, captured_warnings
 from course.reference.train import train as _train
 
 _tiny = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                   n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
-with captured_warnings():
+with _warnings.catch_warnings():  # the test's own training runs, not your code: their warnings are not shown
+    _warnings.simplefilter("ignore")
     _runs = {name: _train(p, steps=40, seed=0, eval_every=0).history["loss"]
-             for name, p in (("reference", _tiny), ("colleague's bug (lr-zero)", _inject(_tiny, "lr-zero")))}
+             for name, p in (("reference", _tiny), ("colleague's bug", _inject(_tiny, _catalogue()[4].name)))}
 assert_detector(loss_is_stuck, healthy={"reference": _runs["reference"]},
-                broken={"colleague's bug (lr-zero)": _runs["colleague's bug (lr-zero)"]}, what="stuck-loss detector")
+                broken={"colleague's bug": _runs["colleague's bug"]}, what="stuck-loss detector")
 with captured_warnings():
     assert loss_is_stuck([3.0] * 40), "a loss that does not move at all is stuck"
     assert not loss_is_stuck([3.0] * 20 + [2.0] * 20), \
         "a loss that falls by 1.0 (more than min_drop) is not stuck: check the direction of the drop"
+    assert loss_is_stuck([2.0] * 20 + [2.5] * 20), "a loss that rises did not fall: it is stuck"
+    assert loss_is_stuck([2.0] * 5 + [3.0] * 15 + [1.0] * 15 + [1.9] * 5, window=5, min_drop=0.2), \
+        "use the window and min_drop you are given: the mean of the last 5 losses is 0.1 below the first 5's, less than 0.2"
 ### BEGIN HIDDEN TESTS
 from course.exercises.mystery import make as _make
-with captured_warnings():
+with _warnings.catch_warnings():  # the test's own training runs, as above
+    _warnings.simplefilter("ignore")
     _fresh = {name: _train(_make(name, 3, _tiny, salt="h-00-stuck-91"), steps=40, seed=7, eval_every=0).history["loss"]
               for name in ("healthy", "missing-step", "requires-grad-off", "clip-to-zero")}
 assert_detector(lambda l: loss_is_stuck(l, window=10), healthy={"healthy, fresh seed": _fresh["healthy"]},
@@ -214,9 +225,11 @@ print("reference:", control.cause(), f"({len(control.unchanged)} of {control.n_p
 prediction = None  # your guess: how many of the model's parameter tensors one step of the colleague's copy leaves unchanged
 
 # %% tags=["demo"]
-suspect = one_step_report(inject(pipe, "lr-zero"))
+suspect = one_step_report(colleague_pipe)
 reveal(f"tensors left unchanged by one step (of {suspect.n_params})", prediction, len(suspect.unchanged))
-print("colleague:", suspect.cause(), f"(gradient norm {suspect.grad_norm:.3f}, learning rates {suspect.lrs})")
+print("colleague:", suspect.cause(), f"(gradient norm after clipping to {colleague_pipe.clip}: {suspect.grad_norm:.3f};",
+      f"learning rates {suspect.lrs})")
+print("the colleague's bug, by name:", colleague_bug)
 
 # %% [markdown]
 # Hypothesis 2 predicted moving parameters; they did not move, so it is falsified. The gradients are
@@ -231,7 +244,7 @@ print("colleague:", suspect.cause(), f"(gradient norm {suspect.grad_norm:.3f}, l
 # same detector that saw the symptom, your `loss_is_stuck`.
 
 # %% tags=["demo"]
-fixed = train(inject(pipe, "lr-zero").replace(lr=pipe.lr), steps=STEPS, seed=1, eval_every=0, progress=True)
+fixed = train(colleague_pipe.replace(lr=pipe.lr), steps=STEPS, seed=1, eval_every=0, progress=True)
 print("stuck before the fix:", loss_is_stuck(colleague.history["loss"]),
       "| stuck after:", loss_is_stuck(fixed.history["loss"]))
 
@@ -245,10 +258,11 @@ plt.show()
 #
 # Now nobody tells you the bug. `mystery` below is a pipeline drawn by seed from the *no-updates*
 # family of bugs, or healthy. It is **opaque**: every part is a `<part>` that says nothing about what it
-# does, and its settings (`mystery.lr`, `mystery.clip`, ...) are the healthy ones, so reading them
+# does. Each draw has its own seeds, learning rate and warm-up, drawn independently of the bug, and
+# every other setting is the base recipe's, so reading its settings (`mystery.lr`, `mystery.clip`, ...)
 # tells you nothing. A bug that a plain pipeline would show as a wrong setting (a learning rate of 0, a
-# clip threshold of 0) is carried by a part in a mystery: `mystery.lr` reads healthy while the part
-# builds the optimizer with the wrong value, so a fix replaces the part, never the setting. The only
+# clip threshold of 0) is carried by a part in a mystery: `mystery.lr` reads a healthy value while the
+# part builds the optimizer with the wrong one, so a fix replaces the part, never the setting. The only
 # way in is to *call* its parts and watch what they do. It is a smaller
 # recipe than the one above (one layer, 16-token windows, batches of 16), so a run takes a fraction of
 # a second.
@@ -263,11 +277,13 @@ plt.show()
 # | `optimizer_factory` | `optimizer_factory(params, lr, weight_decay) -> optimizer`: its type and settings | `adamw` |
 # | `update` | `update(optimizer)`: the step itself, and anything done to the gradients just before | `apply_update` |
 #
-# First the symptom: the mystery beside a healthy run of the same small recipe, both for 40 steps.
+# First the symptom: the mystery beside its **healthy twin** (`course.reference.pipeline.healthy_twin`:
+# the mystery's own settings, every part the reference one), both for 40 steps.
 
 # %%
 from course import ModelConfig
 from course.exercises.mystery import draw
+from course.reference.pipeline import healthy_twin
 
 SMALL = Pipeline(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                  n_train=512, n_val=64, batch_size=16, steps=40, warmup=5)
@@ -277,12 +293,12 @@ MYSTERY_SEED = 6  # another seed draws another mystery (perhaps a healthy one)
 mystery = draw(["healthy"] + NO_UPDATES, seed=MYSTERY_SEED, base=SMALL)
 print(mystery)
 
-small_healthy = train(SMALL, seed=0, eval_every=0)
+twin_run = train(healthy_twin(mystery), seed=0, eval_every=0)
 mystery_run = train(mystery, seed=0, eval_every=0)
-for label, run in [("healthy", small_healthy), ("mystery", mystery_run)]:
+for label, run in [("healthy twin", twin_run), ("mystery", mystery_run)]:
     first, last = first_last(run.history["loss"], window=10)
-    print(f"{label:>8}: mean of the first 10 steps {first:.3f}, of the last 10 {last:.3f}, drop {first - last:+.3f}")
-ax = loss_plot({"healthy (small recipe)": small_healthy.history["loss"], "mystery": mystery_run.history["loss"]},
+    print(f"{label:>12}: mean of the first 10 steps {first:.3f}, of the last 10 {last:.3f}, drop {first - last:+.3f}")
+ax = loss_plot({"healthy twin": twin_run.history["loss"], "mystery": mystery_run.history["loss"]},
                mystery.language().baselines(mystery.seq_len), title="The mystery: 40 steps")
 plt.show()
 
@@ -322,8 +338,8 @@ for name in step.before:
     print(f"  {name:<28} {(step.after[name] - step.before[name]).abs().max().item():.2e}")
 
 # %% [markdown]
-# Is the flat loss itself a good enough test? One bug of the family leaves a single tensor out of the
-# optimizer: the token embedding.
+# One bug of the family leaves a single tensor, the token embedding, out of the optimizer. Here is a
+# question about its loss curve on the small recipe, under the rule you wrote in Exercise 1.
 
 # %% tags=["demo"]
 prediction = None  # your guess: with the token embedding left out of the optimizer, is the 40-step loss stuck by loss_is_stuck's rule (True/False)?
@@ -354,7 +370,8 @@ print("tensors that one step leaves in place:", in_place)
 #   choice between `1e-6` and `1e-4`.
 # * It is graded on healthy draws (must be `False`) and broken ones (must be `True`), with other
 #   seeds, other configurations and bugs you have not been shown. Return a `bool`.
-# * Look at the parameters, not at `pipe`'s settings: they are the healthy ones in every draw.
+# * Look at the parameters, not at `pipe`'s settings: a draw's settings are drawn independently of
+#   its bug, so they say nothing about it.
 # * A pipeline that crashes under your test is broken: catch the exception around the pipeline's own
 #   calls and return `True`. An exception that leaves `detect` is no answer and fails the cell (this
 #   holds for every `detect` of the course).
@@ -362,7 +379,10 @@ print("tensors that one step leaves in place:", in_place)
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
     ### BEGIN SOLUTION
-    s = one_step(pipe)
+    try:
+        s = one_step(pipe)
+    except Exception:  # a pipeline that crashes under the test is broken
+        return True
     return any((s.after[n] - s.before[n]).abs().max().item() <= 1e-5 for n in s.before)
     ### END SOLUTION
 
@@ -381,11 +401,15 @@ _NO_UPDATES = ["missing-step", "optimizer-on-stale-model", "embedding-not-in-opt
                "requires-grad-off", "lr-zero", "clip-to-zero"]
 from course.reference.diagnose import training_moves as _training_moves  # the fix's check: no delegating to it
 _off = (_update_report, _training_moves, _mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make)
+def _crashing_prepare(model):  # a part that raises: a pipeline that crashes under your test is broken
+    raise RuntimeError("this pipeline's prepare crashes")
+
+_broken = {f"broken draw {i}": _mystery.make(b, 110 + i, _SMALL)
+           for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off", "embedding-not-in-optimizer"])}
+_broken["a pipeline that crashes"] = _SMALL.replace(prepare=_crashing_prepare)
 assert_detector(detect,
                 healthy={f"healthy draw {i}": _mystery.make("healthy", 100 + i, _SMALL) for i in range(2)},
-                broken={f"broken draw {i}": _mystery.make(b, 110 + i, _SMALL)
-                        for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])},
-                what="no-update detector", off=_off)
+                broken=_broken, what="no-update detector", off=_off)
 ### BEGIN HIDDEN TESTS
 _hidden_bugs = _NO_UPDATES + ["all-targets-ignored"]  # the last one is from another family: its grads are all zero
 assert_detector(detect,
@@ -399,7 +423,7 @@ assert_detector(detect,
 # %% [markdown]
 # ### A method for any mystery: the part swap
 #
-# A mystery's settings all read healthy; its bug lives in a part. A method that finds the part without
+# A mystery's settings say nothing about its bug; the bug lives in a part. A method that finds the part without
 # reading any code: take a test that fails on the pipeline and passes on its **healthy twin** (the same
 # settings, every part the reference one: `course.reference.pipeline.healthy_twin`), then replace
 # **one part at a time** with its reference and run the test again. The part whose swap alone makes the
@@ -538,7 +562,9 @@ from course.exercises.mystery import check_fix
 check_fix(fix, [_mystery.hidden(b, 41 + i, _SMALL, salt="h-00-fix-8e2") for i, b in enumerate(_NO_UPDATES)],
           lambda fixed: _symptom(fixed, seed=23), what="fix", off=(_update_report, _symptom))
 ### END HIDDEN TESTS
-check_fix(fix, [_mystery.make(b, 130 + i, _SMALL) for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off"])],
+# three broken draws, one whose bug lives in make_optimizer, and a healthy draw, which must come back unchanged
+check_fix(fix, [_mystery.make(b, 130 + i, _SMALL)
+                for i, b in enumerate(["missing-step", "lr-zero", "requires-grad-off", "optimizer-on-stale-model", "healthy"])],
           _symptom, what="fix", off=(_update_report, _symptom))
 
 # %% [markdown]
@@ -631,21 +657,23 @@ for _i, (_p, _r) in enumerate(zip(_fresh, graded_calls(diagnosis_record, _fresh,
 # ## Explore: the package's one-step test on every "no updates" bug
 #
 # The package's `update_report` is the one-step test you just wrote, with more detail. Pick a bug
-# from the catalogue's *no-updates* family; the cell runs it on the reference recipe with that bug.
-# Note which bugs it names exactly and which it only narrows down.
+# from the catalogue's *no-updates* family; the cell runs it on the reference recipe with that bug
+# (where no live widget shows, the cell's text lists every bug of the family). Note which bugs it
+# names exactly and which it only narrows down.
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
 import ipywidgets as widgets
-from course.bugs import catalogue
+from course.toolkit.textview import with_text
 
-choice = widgets.Dropdown(options=[b.name for b in catalogue("no-updates")], description="bug")
-
-def show(name):
+def one_line(name):
     report = one_step_report(inject(pipe, name))
-    print(f"{name}: cause {report.cause()!r}; unchanged tensors: {len(report.unchanged)} of {report.n_params}")
+    return f"{name}: cause {report.cause()!r}; unchanged tensors: {len(report.unchanged)} of {report.n_params}"
 
-widgets.interact(show, name=choice);
+family = {b.name: one_line(b.name) for b in catalogue("no-updates")}  # one step each, run once
+explorer = widgets.interactive(lambda name: print(family[name]),
+                               name=widgets.Dropdown(options=list(family), description="bug"))
+with_text(explorer, lambda: "\n".join(family.values()))
 
 # %% [markdown]
 # ## What these tests can and cannot prove

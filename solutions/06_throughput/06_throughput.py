@@ -12,8 +12,8 @@
 # **What you learn.**
 # * Time a training step in **phases** (data wait, forward, backward, optimizer, logging, checkpoint,
 #   evaluation) and find which phase a slowdown lives in, against a healthy baseline, phase by phase.
-# * A **synchronous checkpoint** delays its own step, and can slow the next one. Two controls split it
-#   in its halves (the serialisation alone, the modelled disk's sleep alone) against a run that saves
+# * A **synchronous checkpoint** delays its own step; what it does to the step after it is measured
+#   against controls. Two controls split it in its halves (the serialisation alone, the modelled disk's sleep alone) against a run that saves
 #   nothing; what a real save to a file leaves behind is named, not measured.
 # * Saving a live `state_dict` from a background thread **races** with training: make the race happen
 #   on purpose (a `threading.Event`), see which step each saved piece comes from (a later step's
@@ -26,15 +26,17 @@
 # * Debug a **mystery pipeline**: a falsifying test, the slow phase, the fix, graded on pipelines you
 #   have never seen.
 #
-# **Time.** About 45 seconds of CPU time on the author's machine (`time` of the command that executes
-# the notebook, user plus system; `make bench` times every notebook on yours). **GPU:** not needed anywhere.
+# **Time.** The last cell prints the CPU time the whole notebook took on your machine (`make bench`
+# times every notebook). **GPU:** not needed anywhere.
 
 # %%
 import statistics
+import time
 
 import matplotlib.pyplot as plt
 import torch
 
+_notebook_cpu_start = time.process_time()  # CPU time of this kernel, user plus system
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
 _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 
@@ -157,10 +159,11 @@ reveal("the phase the lost time lives in", prediction, ", ".join(symptom_found) 
 # source (prefetching, a healthy server). What would a change of batch size do?
 #
 # **Predict.** The stalled run with batches of 32 windows instead of 16: do its tokens/s once
-# stalled go up, stay, or go down? And does the regression check still report the data phase?
+# stalled go up, stay the same, or go down? And does the regression check still report the data
+# phase (`True` or `False`)?
 
 # %%
-prediction = None  # your guess: "up", "same" or "down"
+prediction = None  # your guess: a pair, e.g. ("down", False): ("up", "same" or "down"; True or False)
 
 # %% tags=["demo"]
 stall_from = symptom_pipe.batches.start  # the first data index that stalls (one batch per step)
@@ -173,9 +176,9 @@ for batch_size in (8, 16, 32):
           f"{statistics.median(throughput.tokens_per_second(healthy)) / 1e3:5.1f}k healthy;",
           "regressions:", throughput.regressions(stalled, healthy))
 ratio = tokens_once_stalled[32] / tokens_once_stalled[16]
-reveal("tokens/s once stalled at batch 32 against 16; the data phase still reported", prediction,
-       f"{'up' if ratio > 1.05 else 'down' if ratio < 0.95 else 'same'} (x{ratio:.2f}); "
-       f"{'data' in throughput.regressions(stalled, healthy)}")
+reveal("(tokens/s once stalled at batch 32 against 16, the data phase still reported at batch 32)", prediction,
+       ("up" if ratio > 1.05 else "down" if ratio < 0.95 else "same", "data" in throughput.regressions(stalled, healthy)))
+print(f"(the ratio of tokens/s once stalled, batch 32 over batch 16: x{ratio:.2f})")
 
 # %% [markdown]
 # A larger batch raises tokens/s: the stall costs the same time per batch, whatever the batch holds,
@@ -220,7 +223,7 @@ plt.show()
 # is freed when the save returns. The serialisation is real work; only the disk is a sleep.
 #
 # **Predict.** The median time of the step right after each save, divided by the median of the
-# steps that neither save nor follow a save: about `1`, about `2`, or more?
+# steps that neither save nor follow a save: what ratio do you expect (a number)?
 
 # %%
 prediction = None  # your guess: the ratio (a number)
@@ -243,8 +246,10 @@ cost = {name: throughput.after_save(BASE.replace(checkpoint=c), every=8) for nam
 for name, c in cost.items():
     print(f"{name:>23}: saving/others {c['saving'] / c['others']:4.1f}   after/others {c['after'] / c['others']:4.2f}"
           f"   others' quartiles {c['q1'] / c['others']:.2f} to {c['q3'] / c['others']:.2f}")
-bug = cost["the bug: save and disk"]
-reveal("step after a save / other steps", prediction, round(bug["after"] / bug["others"], 2))
+bug, control = cost["the bug: save and disk"], cost["control: no checkpoint"]
+reveal("step after a save / other steps", prediction,
+       f"{bug['after'] / bug['others']:.2f}, beside {control['after'] / control['others']:.2f} for the control "
+       "(no checkpoint) at the same step positions")
 
 # %% [markdown]
 # The save costs its own step (`saving/others`). For the step after it, read each row against the
@@ -276,19 +281,15 @@ explorer
 # %% [markdown]
 # ## The async-save race
 #
-# The usual cure for a slow save is to write it from a background thread. If the thread is handed
-# `model.state_dict()` and `optimizer.state_dict()` as they are, it holds the **live** tensors: the
-# state dict shares storage with the parameters and with Adam's moments, and training keeps updating
-# them in place. Whatever the thread writes is the state at the moment each tensor is serialised, not
-# at the step the checkpoint was asked for.
+# The usual cure for a slow save is to write it from a background thread, handed
+# `model.state_dict()` and `optimizer.state_dict()` as they are, while training goes on.
 #
-# A race that shows up only sometimes teaches nothing, so `throughput.race` forces it: the saver's
+# A race that shows up only sometimes teaches nothing, so `throughput.race` forces one: the saver's
 # thread waits on a `threading.Event` until the trainer has run 3 more steps, then writes. The
 # checkpoint is compared, tensor by tensor with `torch.equal`, with a deep copy of the state taken at
 # the requested step, and with deep copies taken after each later step, which say where each saved
-# tensor comes from (`from_step`: the number of updates of the state it equals). The learning rate is
-# a float in the optimizer's param group, which `optimizer.state_dict()` copies when it is called;
-# `lr_from` says which step's it is.
+# tensor comes from (`from_step`: the number of updates of the state it equals; `lr_from`, the same
+# for the learning rate).
 #
 # **Predict.** With the live state dicts, how many of the checkpoint's tensors (parameters, Adam's
 # moments and step counts) will differ from the state at the requested step: none, a few, or all?
@@ -315,7 +316,11 @@ reveal("tensors that differ", prediction,
        "none" if not live.differ else "all" if len(live.differ) == live.compared else "a few")
 
 # %% [markdown]
-# Every tensor differs, the step counters too, and the provenance line says how: every tensor in
+# The state dicts hold the **live** tensors: a state dict shares storage with the parameters and with
+# Adam's moments, and training updates them in place, so whatever the thread writes is the state at
+# the moment each tensor is serialised, not at the step the checkpoint was asked for. The learning
+# rate is a float in the optimizer's param group, which `optimizer.state_dict()` copies when it is
+# called. Every tensor differs, the step counters too, and the provenance line says how: every tensor in
 # the file is the state after step 7, written under the label of step 4, while the learning rate
 # beside them is step 4's. A resume from it would start from step 7's weights, moments and Adam step
 # counts, while the loop and the scheduler count from 4 and replay the batches of steps 4 to 6: wrong,
@@ -344,8 +349,10 @@ print("where each saved piece comes from:", provenance(copied))
 
 # %% [markdown]
 # And the checkpoint does what a checkpoint is for: a run resumed from it continues **bit for bit**
-# like a run that never stopped (these pipelines have no dropout, so the data cursor is the step and
-# no RNG state is needed).
+# like a run that never stopped. The model and optimizer state of the checkpoint, with the scheduler's
+# state and the step kept beside them (the cell takes both at the step), are enough for this pipeline:
+# it has no dropout, so no RNG state is needed, and its loader's order (a seeded shuffle per epoch)
+# is a function of the seed and the step, so the step is the loader's position.
 
 # %% tags=["demo"]
 import copy
@@ -642,8 +649,9 @@ _mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
 # * **The forced race** proves that the live state dicts can be written after training moved on, and
 #   that a copy at the step is exact *under that schedule*; a race that happened not to show in one
 #   run proves nothing, which is why the schedule is forced.
-# * **Resumed equals uninterrupted** proves the checkpoint held everything this pipeline needs; with
-#   dropout or a shuffled data loader it would also need the RNG states and the loader's position.
+# * **Resumed equals uninterrupted** proves that the model and optimizer state, with the scheduler's
+#   state and the step kept beside them, are enough for this pipeline. Dropout would add the RNG
+#   state; a loader whose order is not a function of the seed and the step would add its position.
 # * **Scored tokens per second** measures training signal; positions per second measures the
 #   hardware's work. A utilisation depends on its conventions (what counts as a FLOP, forward and
 #   backward, and what it divides by: MFU divides by the hardware's peak, the appendix by a measured
@@ -755,3 +763,7 @@ for p in ("bwd", "opt"):
 # %% [markdown]
 # So a `bwd` or `opt` phase is not pure backward or optimizer time: compare phases with a baseline run
 # by the same loop (as the regression check does), not with a backward pass timed on its own.
+
+# %% tags=["demo"]
+# NBVAL_IGNORE_OUTPUT
+print(f"this notebook took {time.process_time() - _notebook_cpu_start:.0f} s of CPU time (this kernel, user plus system)")

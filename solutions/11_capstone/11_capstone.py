@@ -39,7 +39,7 @@ import torch
 from course.exercises import capstone
 from course.reference import checkpoint
 from course.exercises.identity import identity
-from course.exercises.record import Diagnosis, reveal
+from course.exercises.record import Diagnosis
 from course.reference.train import batch_at, resume, start, train_steps
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and does not fight other processes
@@ -89,6 +89,14 @@ mine = capstone.draw_for(identity(MY_NAME))
 print(f"your draw: lr {mine.lr}, warm-up {mine.warmup}, language seed {mine.language_seed}; "
       f"its update part is {mine.update!r}, like every part")
 capstone.print_families()
+
+# %% [markdown]
+# Each family has several candidate causes, the bugs of its notebook: `capstone.print_candidates(family)`
+# lists them, each with the catalogue's one-line symptom (`course.bugs.get(name).doc` says more).
+# They are the competing hypotheses your record weighs. For example:
+
+# %% tags=["demo"]
+capstone.print_candidates("no-updates")
 
 # %% [markdown]
 # What it does, as you would first see it (`capstone.show` trains or runs it on seed 0 and shows the
@@ -159,7 +167,8 @@ capstone.show(capstone.healthy_twin(mine))
 # prediction that names a hypothesis and a test that names what they are about, by a shared word of
 # four or more letters) and a family from the list (visible test), and,
 # after your test in section 2, the family of your own draw, counted only together with a `detect`
-# that passes (hidden test).
+# that passes (hidden test). The visible test checks the record's **form** only: a pass there says
+# the record is a falsifiable investigation, not that its result or its family is right.
 
 # %% nbgrader={"grade": false, "grade_id": "diagnosis", "locked": false, "schema_version": 3, "solution": true}
 def my_diagnosis():
@@ -288,14 +297,13 @@ _assert_detector(detect, _healthy, _broken, "detect, needed with your family (a 
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Predict.** Your test's negative control: does `detect` fire on your draw's healthy twin (the same
-# settings, every part the reference one)? Write `True` or `False`, then run the cell after.
+# **Check: the negative control.** Your test on your draw and on its healthy twin (the same settings,
+# every part the reference one). This is a check, not a prediction: a `detect` that passes the visible
+# test is already quiet on a healthy draw of your recipe. The twin has your draw's own settings, so a
+# `True` on it means your test reacts to the settings, not to the bug: fix the test before the fix.
 
 # %%
-prediction = None  # your guess: detect(capstone.healthy_twin(mine)), True or False
-
-# %%
-reveal("detect on the healthy twin of your draw", prediction, detect(capstone.healthy_twin(mine)))
+print(f"detect on your draw: {detect(mine)}; on its healthy twin: {detect(capstone.healthy_twin(mine))}")
 
 # %% [markdown]
 # ## 3. The fix
