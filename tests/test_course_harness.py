@@ -218,10 +218,14 @@ def test_the_explorer_responds_to_its_slider(model, task):
     assert box.summary.value != before and "<b>3</b>" in box.summary.value
 
 
-def test_the_explorer_reads_as_text_with_its_setting_named_once(model, task):
+def test_the_explorer_reads_as_text_with_every_setting_named_once_and_what_the_model_reads(model, task):
+    """Without a live frontend the explorer's text lists each num_fewshot once, with the context the
+    model reads of item 0 (the point of the widget); the label is not doubled."""
     by_k = {k: harness.run(model, Pipeline(), task.subset(10), k) for k in (0, 3)}
     text = harness.fewshot_explorer(by_k, model.cfg.n_ctx)._repr_mimebundle_()["text/plain"]
-    assert text.startswith("num_fewshot 0: healthy harness acc") and text.count("num_fewshot") == 1, text
+    lines = text.splitlines()
+    assert [ln.split(":")[0] for ln in lines if ln.startswith("num_fewshot")] == ["num_fewshot 0", "num_fewshot 3"], text
+    assert text.count("num_fewshot") == 2 and repr(by_k[3].contexts[0]) in text, text
 
 
 def test_ties_share_their_credit_and_the_prior_rule_ties_on_a_shared_first_word():

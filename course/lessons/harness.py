@@ -610,5 +610,15 @@ def fewshot_explorer(by_k: dict, n_ctx: int, cut: dict | None = None):
     update()
     box = widgets.VBox([slider, summary, output])
     box.slider, box.summary, box.output = slider, summary, output
-    # the summary starts with the setting ("num_fewshot 0: ...")
-    return with_text(box, lambda: html_text(summary.value) + " (move the slider in JupyterLab for the rest)")
+    def every_k() -> str:  # without a live frontend: every setting, with what the model reads
+        lines = []
+        for k in keys:
+            r = by_k[k]
+            lines.append(f"num_fewshot {k}: healthy harness acc {r.acc:.3f}, acc_norm {r.acc_norm:.3f}"
+                         + (f"; keeping the start: acc {cut[k].acc:.3f}" if cut is not None else ""))
+            lines.append(f"  item 0 as the model reads it ({n_ctx}-token window): {r.contexts[0]!r}")
+            if cut is not None:
+                lines.append(f"  keeping the start: {cut[k].contexts[0]!r}")
+        return "\n".join(lines)
+
+    return with_text(box, every_k)

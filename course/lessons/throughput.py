@@ -356,9 +356,16 @@ def matmul_peak(n: int = 256, repeats: int = 20, rounds: int = 5) -> float:
 def profile_steps(run, wait: int = 1, warmup: int = 1, active: int = 3):
     """Profile ``wait + warmup + active`` steps of ``run`` with ``torch.profiler.schedule``; returns
     the profiler (read it with ``key_averages()``)."""
+    import os
+
     from torch.profiler import ProfilerActivity, profile, schedule
 
     from ..reference.train import train_steps
+
+    # kineto (the profiler's C++ side) prints two lines to stderr per profile at its default level;
+    # level 6 silences them (and its error messages). It takes effect only before the first profile
+    # of the process, and a value already set is kept.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=wait, warmup=warmup, active=active)) as prof:
         for _ in range(wait + warmup + active):

@@ -13,7 +13,7 @@
 # * Locate the **first** non-finite tensor of a training step, in the order the step makes them:
 #   input, embeddings, attention scores, softmax, logits, loss, then gradients, optimizer state,
 #   parameters. A NaN loss is where the trouble ends, not where it starts.
-# * Run the counterexamples behind the usual advice: `log(softmax)` against a stable loss, anomaly
+# * Run the counterexamples behind the usual advice: `log(softmax)` against `F.cross_entropy`, anomaly
 #   mode on two backward passes, the gradient of a `torch.where` guard, fp16 against bf16, gradient
 #   clipping with NaN and inf, and when a learning rate is the cause.
 #   Before each one you write down what you expect; the cell after it prints your guess beside what
@@ -966,7 +966,8 @@ _mystery.check_fix(fix, [_mystery.hidden(b, 30 + i, _SET.base, _salt) for i, b i
 #   module outputs, the loss, gradients, optimizer state, parameters. It does not see operations
 #   written inline between modules (route them through a probe module), and the first bad tensor is
 #   where to start, not the cause. A weight that an update makes non-finite is caught at once, at stage
-#   `params` of that step (as `adam-eps-zero` showed); weights that earlier updates grew large but kept
+#   `optimizer` or `params` of that step (`adam-eps-zero` showed `params`; optimizer state is recorded
+#   first, so an update that also breaks a state tensor shows there); weights that earlier updates grew large but kept
 #   finite are not, and the first bad tensor is then whatever overflows later (a gradient, for
 #   `lr-sign-typo`), steps after the cause.
 # * "Non-finite before any update" proves the learning rate is not the cause. "Non-finite after some

@@ -16,9 +16,8 @@
 #   against controls. Two controls split it in its halves (the serialisation alone, the modelled disk's sleep alone) against a run that saves
 #   nothing; what a real save to a file leaves behind is named, not measured.
 # * Saving a live `state_dict` from a background thread **races** with training: make the race happen
-#   on purpose (a `threading.Event`), see which step each saved piece comes from (a later step's
-#   tensors under the requested step's label, or two steps in one file), fix it with a copy taken at
-#   the step and show it bit-for-bit equal to that state under the forced schedule.
+#   on purpose (a `threading.Event`), see which step each saved piece comes from, fix it with a copy
+#   taken at the step and show it bit-for-bit equal to that state under the forced schedule.
 # * Count **real tokens** (scored targets), not padded positions.
 # * *Optional appendix:* read the operator table of a scheduled `torch.profiler` run; count FLOPs with
 #   `FlopCounterMode` against the 6·N·positions rule; a utilisation of a measured matmul rate (and how MFU proper differs);
@@ -26,8 +25,8 @@
 # * Debug a **mystery pipeline**: a falsifying test, the slow phase, the fix, graded on pipelines you
 #   have never seen.
 #
-# **Time.** The last cell prints the CPU time the whole notebook took on your machine (`make bench`
-# times every notebook). **GPU:** not needed anywhere.
+# **Time.** The last cell prints this kernel's CPU time for the notebook on your machine (graded calls
+# run in processes of their own and are not counted; `make bench` times every notebook). **GPU:** not needed anywhere.
 
 # %%
 import statistics

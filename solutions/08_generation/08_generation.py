@@ -324,7 +324,9 @@ print(f"greedy rows: {len(next_after)} distinct pairs of previous tokens, {ambig
 
 # %% [markdown]
 # Explore the temperature: each setting below was sampled once with seed 1 from the 256 prompts
-# (precomputed, so moving the slider only redraws; the numbers are printed under the cell). Low
+# (precomputed, so moving the slider only redraws; the numbers are printed under the cell). One seeded
+# generator draws for the whole batch, so a row's sample depends on the batch it is drawn in: these
+# rows differ from the samples of the same prompts drawn three at a time above. Low
 # temperatures move toward greedy (likely text, repeated 4-grams); high ones toward noise.
 
 # %% tags=["demo"]

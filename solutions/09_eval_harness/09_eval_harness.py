@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # 09 · The evaluation harness: good likelihood, weak task score
+# # 09 · The evaluation harness: what a multiple-choice score measures
 #
 # **What you learn.**
 # * A multiple-choice score is the output of a small program, the **harness**: a prompt template, a
@@ -335,7 +335,8 @@ assert abs(float(_got2[0]) - _want[0]) < 1e-9 and abs(float(_got2[1]) - _want[1]
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# The healthy harness, zero-shot, on the same items.
+# The healthy harness, zero-shot, on the same items. The exact chain's two figures are printed near the
+# top; the model is not the chain.
 #
 # **Predict.** For the *model*, will `acc_norm` be `"higher"` than `acc`, `"lower"`, or `"the same"`?
 

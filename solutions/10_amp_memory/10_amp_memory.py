@@ -84,6 +84,8 @@ for x in (65520.0, 257.0, 1 + 2 ** -8, 1e-8):
 
 # %% tags=["demo"]
 # NBVAL_IGNORE_OUTPUT
+import math
+
 import ipywidgets as widgets
 from course.toolkit.textview import with_text
 
@@ -101,7 +103,8 @@ def rounding(log10_value):
 log10_slider = widgets.FloatSlider(value=2.0, min=-9.0, max=6.0, step=0.05, description="log10_value")
 rounding_box = widgets.interactive(lambda log10_value: print(rounding(log10_value)), log10_value=log10_slider)
 # without a live frontend (a saved notebook, a terminal) the box reads as its current state in words
-with_text(rounding_box, lambda: rounding(log10_slider.value) + "\n(move the slider in JupyterLab for the rest)")
+with_text(rounding_box, lambda: "\n".join(rounding(v) for v in (-8.0, -1.0, math.log10(257), math.log10(7e4)))
+          + "\n(a few values; move the slider in JupyterLab for the rest)")
 
 # %% [markdown]
 # The same in one picture: the relative rounding error of each format from 1e-9 to 1e6, with fp16's

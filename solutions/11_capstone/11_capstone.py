@@ -91,8 +91,8 @@ print(f"your draw: lr {mine.lr}, warm-up {mine.warmup}, language seed {mine.lang
 capstone.print_families()
 
 # %% [markdown]
-# Each family has several candidate causes, the bugs of its notebook: `capstone.print_candidates(family)`
-# lists them, each with the catalogue's one-line symptom (`course.bugs.get(name).doc` says more).
+# Each family has several candidate causes: `capstone.print_candidates(family)` lists the bugs a draw
+# of that family can hold (some of its notebook's bugs, not all), each with the catalogue's one-line symptom (`course.bugs.get(name).doc` says more).
 # They are the competing hypotheses your record weighs. For example:
 
 # %% tags=["demo"]
