@@ -1,8 +1,9 @@
 """Targeted submissions for notebook 04 (format: tests/autograde_cases.py).
 
 The alert policy's ``observe`` is graded by behaviour on hidden sequences: a policy that always
-alerts or never alerts loses every cell; a non-finite path that obeys the cooldown loses only the
-non-finite cell; a cooldown shared by all kinds loses only the cooldown cell; an ``observe`` that
+alerts or never alerts loses every cell; a non-finite path that obeys the cooldown loses the visible
+cell (two non-finite steps in a row) and the non-finite cell; a cooldown shared by all kinds loses the
+visible cell (a throughput drop and a validation gap on neighbouring steps) and the cooldown cell; an ``observe`` that
 delegates to ``AlertPolicy.observe`` (kept in a variable before the test) loses every cell, because the reference is switched off while the tests run it.
 
 The mystery exercise (``detect``, ``name_cause``, ``fix``): each has an alternative correct answer
@@ -95,7 +96,10 @@ from course.reference.train import start, train_steps
 
 
 def detect(pipe):
-    run = train_steps(start(pipe, 5), 75, eval_every=0)
+    try:  # a pipeline that crashes under the test is broken (the exercise's rule)
+        run = train_steps(start(pipe, 5), 75, eval_every=0)
+    except Exception:
+        return True
     losses = torch.tensor(run.history["loss"])
     recent = losses.unfold(0, 10, 1)[:-1].median(dim=1).values   # the 10 steps before each step from 10 on
     return (losses[10:] > 1.4 * recent).any()                     # a torch bool
@@ -232,9 +236,11 @@ CASES = [
     Case(A, "name_alt_compare_stream", {"name_cause": _NAME_ALT}, set()),
     Case(A, "fix_alt_targets_window", {"fix": _FIX_ALT}, set()),
     # realistic wrong answers
-    Case(A, "nonfinite_obeys_cooldown", {"observe": _NONFINITE_OBEYS_COOLDOWN}, {"test_observe_nonfinite"}),
-    Case(A, "cooldown_shared_by_kinds", {"observe": _SHARED_COOLDOWN}, {"test_observe_cooldown"}),
-    Case(A, "detect_token_share_only", {"detect": _DETECT_TOKEN_SHARE}, {"test_detect_hidden"}),
+    Case(A, "nonfinite_obeys_cooldown", {"observe": _NONFINITE_OBEYS_COOLDOWN},
+         {"test_observe_visible", "test_observe_nonfinite"}),
+    Case(A, "cooldown_shared_by_kinds", {"observe": _SHARED_COOLDOWN}, {"test_observe_visible", "test_observe_cooldown"}),
+    # it never trains, so it also misses the visible pipeline whose update crashes
+    Case(A, "detect_token_share_only", {"detect": _DETECT_TOKEN_SHARE}, DETECT_TESTS),
     Case(A, "detect_logged_lr", {"detect": _DETECT_LOGGED_LR}, DETECT_TESTS),
     Case(A, "name_token_share_at_spike", {"name_cause": _NAME_TOKEN_SHARE}, {"test_name_cause_hidden"}),
     Case(A, "fix_token_quarantine", {"fix": _FIX_TOKEN_QUARANTINE}, {"test_fix_hidden"}),

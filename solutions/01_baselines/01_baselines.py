@@ -128,11 +128,15 @@ _two = torch.tensor([[0, 1, IGNORE, IGNORE]])
 _counting_ignored = course.toolkit.baselines.unigram_entropy(_two % 1000)  # what counting IGNORE as a class gives
 with captured_warnings(), switched_off(course.toolkit.baselines.unigram_entropy):
     _got = float(masked_unigram_entropy(_two))
+    _uneven = float(masked_unigram_entropy(torch.tensor([[2, 2, IGNORE, 2], [5, IGNORE, IGNORE, IGNORE]])))
     _nothing = float(masked_unigram_entropy(torch.full((2, 3), IGNORE)))
 assert not _close(_got, _counting_ignored), \
     "your entropy counts the IGNORE targets as a class: keep only targets != IGNORE before counting"
 assert _close(_got, math.log(2)), \
     f"two equally frequent scored targets have entropy ln 2 = {math.log(2):.6f} nats, got {_got}: check the natural log and the normalisation"
+_want = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))  # three 2s and one 5 scored, four targets ignored
+assert _close(_uneven, _want), \
+    f"scored targets 2, 2, 2, 5 have entropy {_want:.6f} nats, got {_uneven}: the probabilities are counts over the scored targets only"
 assert math.isnan(_nothing), f"nothing scored: return float('nan') (a mean over zero targets), not {_nothing}"
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(11)
@@ -456,7 +460,9 @@ def check_batch(batch, vocab_size):
     ### END SOLUTION
 
 # %% [markdown]
-# The visible tests: two healthy batches (one padded) and two broken ones.
+# The visible tests: two healthy batches (one padded) and four broken ones: a target that is the input
+# itself, nothing scored, `int32` inputs, and inputs padded with `IGNORE` (a negative id: look at the
+# range before you index with it).
 
 # %% nbgrader={"grade": true, "grade_id": "test_check_batch_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from course import Pipeline
@@ -468,7 +474,8 @@ from course.exercises.grading import assert_detector, fires
 _pipe = Pipeline()  # the notebook's `pipe`, built here
 _padded_pipe = _pipe.replace(min_len=8)
 _healthy = {"full windows": batch_at(_pipe, 0, 0), "padded windows": batch_at(_padded_pipe, 0, 0)}
-_broken = {name: batch_at(inject(_padded_pipe, name), 0, 0) for name in ("unshifted-targets", "all-targets-ignored")}
+_broken = {name: batch_at(inject(_padded_pipe, name), 0, 0)
+           for name in ("unshifted-targets", "all-targets-ignored", "int32-inputs", "inputs-padded-with-ignore-index")}
 assert_detector(lambda b: fires(check_batch, b, _pipe.language().vocab_size), _healthy, _broken, what="batch check",
                 off=(course.toolkit.checks.check_batch,))
 ### BEGIN HIDDEN TESTS
@@ -603,7 +610,8 @@ for name in ["reference", "lr-zero", "requires-grad-off", "targets-shifted-twice
 # %% [markdown]
 # ## Exercise 3: debug the mystery pipelines
 #
-# Three parts, graded on the pipelines above (the test and the cause on all fourteen, the fix on one)
+# Three parts, graded on the pipelines above (the test and the cause on all fourteen, the fix on two:
+# one broken model, one broken collator)
 # and on fresh, hidden draws: other seeds, learning rates, language sizes, and bugs of the same
 # families that you have not seen here.
 #
@@ -653,7 +661,9 @@ def logits_at(model, ids, start=0):
 # not move, its targets are not the next tokens, or its model cannot see the context, cannot see
 # positions, or can see the future), `False` if it is healthy. Return a Python or torch bool. Do not
 # train more than one step. It is graded like a test suite: quiet on every healthy draw, firing on
-# every broken one, in the same cell, so an answer that always (or never) fires scores 0.
+# every broken one, in the same cell, so an answer that always (or never) fires scores 0. A pipeline
+# that crashes under your test is broken: catch the exception around the pipeline's own calls and
+# return `True` (an exception that leaves `detect` is no answer and fails the cell).
 #
 # `logit_changes(pipe)` is the place for your three model probes (you will reuse it in (b)): fill it in
 # so it returns how much the logits move under each change.
@@ -681,13 +691,16 @@ def logit_changes(pipe, seed=0):
 
 def detect(pipe, seed=0):
     ### BEGIN SOLUTION
-    batch = batch_at(pipe, seed, 0)
+    try:
+        batch = batch_at(pipe, seed, 0)
+        ch = logit_changes(pipe, seed)
+        run, before = one_step(pipe, seed)
+    except Exception:  # a pipeline that crashes under the test is broken
+        return True
     if not torch.equal(batch.targets[:, :-1], batch.inputs[:, 1:]):
         return True
-    ch = logit_changes(pipe, seed)
     if ch["future"] > 1e-6 or ch["past"] < 1e-6 or ch["position"] < 1e-6:
         return True
-    run, before = one_step(pipe, seed)
     for name, p in run.model.named_parameters():
         moved = (p.detach() - before[name]).norm() / before[name].norm().clamp_min(1e-12)
         if moved < 1e-6:
@@ -707,8 +720,15 @@ _OFF = (course.toolkit.checks.check_batch, course.toolkit.checks.update_report, 
         mystery.reveal, mystery.draw, mystery.make, mystery.touched)  # switched off while your code runs
 _mysteries = SETS["01_baselines"].draws()  # the notebook's mysteries, drawn again here
 _answers = {name: mystery.reveal(p) for name, p in _mysteries.items()}
-assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
-                {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, what="detect", off=_OFF)
+
+
+def _crashing_prepare(model):  # a part that raises: a pipeline that crashes under your test is broken
+    raise RuntimeError("this pipeline's prepare crashes")
+
+
+_broken = {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}
+_broken["a pipeline that crashes"] = SETS["01_baselines"].base.replace(prepare=_crashing_prepare)
+assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"}, _broken, what="detect", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import Pipeline as _Pipeline
 _small = SETS["01_baselines"].base
@@ -859,7 +879,8 @@ _symptom = lambda p: course.reference.diagnose.held_out_symptom(p, seed=31)  # r
 mystery.check_fix(fix, [mystery.hidden("targets-shifted-twice", 7, SETS["01_baselines"].base, salt="h-01-f1x")], _symptom,
                   what="fix", off=_OFF)
 ### END HIDDEN TESTS
-mystery.check_fix(fix, [SETS["01_baselines"].draws()["mystery 6"]], _symptom, what="fix", off=_OFF)
+_shown = SETS["01_baselines"].draws()  # a broken model's preparation and a broken collator
+mystery.check_fix(fix, [_shown["mystery 6"], _shown["mystery 2"]], _symptom, what="fix", off=_OFF)
 
 # %% [markdown]
 # ## What these tests can and cannot prove

@@ -396,7 +396,9 @@ print(f"its parts read: make_optimizer {mystery_pipe.make_optimizer!r}, loss_fn 
 # (other seeds, other learning rates in the range above: that is the noise it must tolerate) and fire
 # on broken ones, **including bugs you have not seen here** (other ways a pipeline fails to learn).
 # An answer that always says `True`, or always `False`, earns nothing. Return a Python `bool` (or a
-# one-element torch/numpy bool).
+# one-element torch/numpy bool). A pipeline that crashes under your test is broken: catch the
+# exception around the pipeline's own calls (its parts, and the tools that run them) and return
+# `True`; an exception that leaves `detect` is no answer and fails the cell.
 #
 # What you may use: the pipeline's parts (`p.build_model(seed)`, `p.make_optimizer(model, p)`,
 # `p.loss_fn(logits, batch)`, `course.reference.diagnose.pipeline_step(p)` for one step made of its parts),
@@ -412,28 +414,35 @@ print(f"its parts read: make_optimizer {mystery_pipe.make_optimizer!r}, loss_fn 
 # %% nbgrader={"grade": false, "grade_id": "mystery_detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
     """True if ``pipe`` cannot learn correctly (any test fails), False if every test passes."""
-    model, opt, batch = fresh(pipe)
+    try:
+        model, opt, batch = fresh(pipe)
+    except Exception:  # a pipeline that crashes under your test is broken
+        return True
     V = pipe.language().vocab_size
     ### BEGIN SOLUTION
-    loss = pipe.loss_fn(model(batch.inputs), batch)
-    if not loss.requires_grad or not math.isfinite(loss.item()) or abs(loss.item() - math.log(V)) > 1.0:
-        return True  # no gradient at all, or not a per-token mean near ln(V)
-    held = {id(p) for g in opt.param_groups for p in g["params"]}
-    if any(id(p) not in held for p in model.parameters() if p.requires_grad):
-        return True  # a trainable tensor the optimizer does not hold
-    grads = []
-    for _ in range(2):  # same batch, same parameters: the second gradient must equal the first
-        opt.zero_grad(set_to_none=True)
-        pipe.loss_fn(model(batch.inputs), batch).backward()
-        grads.append([p.grad.clone() for p in model.parameters()])
-    if not all(torch.allclose(a, b, rtol=1e-4, atol=1e-8) for a, b in zip(*grads)):
-        return True  # gradients accumulate across steps
-    losses = overfit_pipe(pipe, batch, 40)
+    try:
+        loss = pipe.loss_fn(model(batch.inputs), batch)
+        if not loss.requires_grad or not math.isfinite(loss.item()) or abs(loss.item() - math.log(V)) > 1.0:
+            return True  # no gradient at all, or not a per-token mean near ln(V)
+        held = {id(p) for g in opt.param_groups for p in g["params"]}
+        if any(id(p) not in held for p in model.parameters() if p.requires_grad):
+            return True  # a trainable tensor the optimizer does not hold
+        grads = []
+        for _ in range(2):  # same batch, same parameters: the second gradient must equal the first
+            opt.zero_grad(set_to_none=True)
+            pipe.loss_fn(model(batch.inputs), batch).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        if not all(torch.allclose(a, b, rtol=1e-4, atol=1e-8) for a, b in zip(*grads)):
+            return True  # gradients accumulate across steps
+        losses = overfit_pipe(pipe, batch, 40)
+    except Exception:  # a pipeline that crashes under the test is broken
+        return True
     return not losses[-1] <= fit_floor(batch) + 0.1  # cannot fit 8 examples (a NaN loss cannot either)
     ### END SOLUTION
 
 # %% [markdown]
-# The visible test: two healthy draws, and one draw of each bug of this notebook.
+# The visible test: two healthy draws, one draw of each bug of this notebook, and a pipeline whose loss
+# function crashes.
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from course import Pipeline
@@ -448,6 +457,13 @@ _OFF = (_preflight, _preflight_pipeline, _update_report, _mystery.reveal, _myste
 _BASE = Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64), batch_size=8, n_train=256, n_val=64)
 _healthy = {f"healthy draw {s}": _mystery.make("healthy", s, _BASE) for s in (11, 12)}
 _broken = {n: _mystery.make(n, 13, _BASE) for n in ("zero-grad-forgotten", "loss-broadcast", "embedding-not-in-optimizer", "missing-step")}
+
+
+def _crashing_loss(logits, batch):  # a part that raises: a pipeline that crashes under your test is broken
+    raise RuntimeError("this pipeline's loss crashes")
+
+
+_broken["a pipeline that crashes"] = _BASE.replace(loss_fn=_crashing_loss)
 assert_detector(detect, _healthy, _broken, what="detector", off=_OFF)
 ### BEGIN HIDDEN TESTS
 assert_detector(detect, {"a fresh healthy draw": _mystery.hidden("healthy", 71, _BASE, salt="h-03-v5d")},
@@ -641,7 +657,8 @@ def collate_sft(examples, template, pad_id, eos_id):
     ### END SOLUTION
 
 # %% [markdown]
-# The visible test: one example, written out by hand.
+# The visible test: two batches written out by hand, the second with no markers, an empty prompt and
+# an empty answer.
 
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 import torch
@@ -661,6 +678,14 @@ _I = IGNORE
 assert _b.targets[0].tolist() == [_I, _I, _I, _I, 9, 5, 17], \
     f"row 0 targets {_b.targets[0].tolist()}: markers and prompt ignored, answer 9 5 and EOS 17 supervised"
 assert _b.targets[1].tolist() == [_I, _I, _I, 4, 17, _I, _I], f"row 1 targets {_b.targets[1].tolist()}: padding must be ignored"
+_none = torch.tensor([], dtype=torch.long)
+with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
+    _b = collate_sft([(_none, torch.tensor([4, 5])), (torch.tensor([3]), _none)], Template(), pad_id=16, eos_id=17)
+# no markers. row 0: (empty prompt) 4 5 17 ; row 1: 3 (empty answer) 17 16
+assert _b.inputs.tolist() == [[4, 5], [3, 17]], f"no markers: inputs {_b.inputs.tolist()}"
+assert _b.targets.tolist() == [[5, 17], [17, _I]], \
+    (f"no markers: targets {_b.targets.tolist()}; with no markers and an empty prompt there is nothing to ignore "
+     "before the answer, and an empty answer still supervises its EOS")
 ### BEGIN HIDDEN TESTS
 import course.lessons.sft as _sft
 import course.reference.data as _data
@@ -736,14 +761,18 @@ def mask_gate(batch, examples, template, eos_id):
 
 # %% [markdown]
 # The visible test: healthy batches of the SFT pipeline pass; the catalogue's inverted mask and masked
-# EOS fail.
+# EOS fail, and so does a batch with the right mask and EOS but the wrong answer ids (each answer
+# target is the input token at its own position, not the next one).
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 import dataclasses
 
-from course import Pipeline
+import torch
+
+from course import IGNORE, Pipeline
 from course.bugs import inject
 from course.lessons.sft import DEFAULT_TEMPLATE, Template, examples_at, sft_pipeline
+from course.toolkit.batch import Batch
 from course.reference.train import batch_at
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
@@ -760,6 +789,11 @@ def _gate_case(p, seed, tpl=DEFAULT_TEMPLATE):
 
 _healthy = {f"seed {s}": _gate_case(_sft_pipe, s) for s in (0, 1)}
 _broken = {n: _gate_case(inject(_sft_pipe, n), 0) for n in ("prompt-answer-mask-inverted", "eos-masked")}
+_good, _ex, _t = _healthy["seed 0"]
+_answer = (_good.targets != IGNORE) & (_good.targets != _EOS)  # the answer targets, EOS left right
+_unshifted = Batch(_good.inputs, torch.where(_answer, _good.inputs, _good.targets), _good.pad_id)
+assert not torch.equal(_unshifted.targets, _good.targets), "grader: the unshifted batch equals the healthy one"
+_broken["right mask and EOS, answer targets not shifted"] = (_unshifted, _ex, _t)
 assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS), _healthy, _broken, what="mask gate", off=_GATE_OFF)
 ### BEGIN HIDDEN TESTS
 _tpl2 = Template(user=(5,), assistant=(6, 7, 8))

@@ -267,7 +267,10 @@ def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss
     ### END SOLUTION
 
 # %% [markdown]
-# The visible tests: a calm run, one spike, one NaN.
+# The visible tests: a calm run, one spike, two spikes inside one cooldown, one NaN, two non-finite
+# steps in a row (the second inside the first one's cooldown), a throughput drop and a validation gap
+# (every value `observe` takes), and a non-finite step whose finite loss must not enter the running
+# statistics (`policy.losses`).
 
 # %% nbgrader={"grade": true, "grade_id": "test_observe_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from course.toolkit.alerts import AlertPolicy
@@ -296,6 +299,29 @@ nan_step[12]["loss"] = float("nan")
 _got = fired(AlertPolicy(), nan_step)
 assert _got == [(12, "non-finite")], \
     f"a NaN loss at step 12 is one non-finite alert and nothing else (look at the non-finite path): got {_got}"
+spiky[23]["loss"] = 5.0
+_got = fired(AlertPolicy(cooldown=10), spiky)
+assert _got == [(20, "loss-spike")], \
+    f"loss spikes at steps 20 and 23 with a cooldown of 10: the second is suppressed (record each alert that fires): got {_got}"
+nan_step[13]["grad_norm"] = float("inf")
+_got = fired(AlertPolicy(cooldown=10), nan_step)
+assert _got == [(12, "non-finite"), (13, "non-finite")], \
+    f"non-finite values at steps 12 and 13: every non-finite step alerts, whatever the cooldown: got {_got}"
+measured = [dict(v, tokens_per_s=1000.0 + 10 * (-1) ** s) for s, v in enumerate(calm)]
+measured[18]["tokens_per_s"] = 300.0
+measured[9]["val_loss"], measured[19]["val_loss"] = 1.95, 2.6
+_got = fired(AlertPolicy(), measured)
+assert _got == [(18, "throughput-drop"), (19, "val-gap")], \
+    (f"a throughput of 300 tokens/s at step 18 and a validation loss of 2.6 at step 19 (training loss near 1.8): "
+     f"pass every value to the policy's parts; got {_got}")
+_policy = AlertPolicy()
+with captured_warnings(), switched_off(AlertPolicy.observe):
+    for _s in range(6):
+        observe(_policy, _s, loss=2.0, grad_norm=1.0)
+    _alerts = [a.kind for a in observe(_policy, 6, loss=9.0, grad_norm=float("nan"))]
+assert _alerts == ["non-finite"], f"a NaN gradient norm with a loss of 9.0 is one non-finite alert and nothing else: got {_alerts}"
+assert list(_policy.losses) == [2.0] * 6, \
+    f"the finite loss of a non-finite step entered the running statistics (policy.losses is {list(_policy.losses)}): a non-finite step changes no state"
 ### BEGIN HIDDEN TESTS
 import random as _random
 from course.toolkit.alerts import AlertPolicy as _Policy
@@ -745,6 +771,9 @@ plt.show()
 # * Graded by mutation: quiet on healthy draws, firing on broken ones, with other seeds and
 #   configurations and with a bug of this family you have not been shown. Return a `bool` (numpy and
 #   torch bools are accepted).
+# * A pipeline that crashes under your test is broken: catch the exception around the pipeline's own
+#   calls (the training run) and return `True`; an exception that leaves `detect` is no answer and
+#   fails the cell.
 # * You may use your own `observe` (`replay_alerts(AlertPolicy(...), history, observe=observe)`); the
 #   package's `AlertPolicy.observe`, `course.lessons.replay.spike_alerts` and `course.lessons.replay.spike_symptom`,
 #   and the mystery module's `reveal`, `touched`, `draw` and `make` are switched off while your
@@ -763,7 +792,11 @@ def first_spike(losses, ratio=1.4, window=10):
 
 def detect(pipe):
     ### BEGIN SOLUTION
-    return first_spike(train_history(pipe)["loss"]) is not None
+    try:
+        losses = train_history(pipe)["loss"]
+    except Exception:  # a pipeline that crashes under the test is broken
+        return True
+    return first_spike(losses) is not None
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_detect", "locked": true, "points": 1, "schema_version": 3, "solution": false}
@@ -773,8 +806,15 @@ from course.exercises.grading import assert_detector
 from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_alerts, spike_symptom as _spike_symptom
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
+
+
+def _crashing_update(optimizer):  # a part that raises: a pipeline that crashes under your test is broken
+    raise RuntimeError("this pipeline's update crashes")
+
+
 assert_detector(detect, healthy={"healthy draw": _mystery.make("healthy", 1, _BASE)},
-                broken={"corrupted-shard draw": _mystery.make("corrupted-shard", 2, _BASE)},
+                broken={"corrupted-shard draw": _mystery.make("corrupted-shard", 2, _BASE),
+                        "a pipeline that crashes": _BASE.replace(update=_crashing_update)},
                 what="spike detector", off=_off)
 ### BEGIN HIDDEN TESTS
 assert_detector(detect, healthy={"a fresh healthy draw": _mystery.hidden("healthy", 61, _BASE, salt="h-04-v2d")},
@@ -842,7 +882,8 @@ from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 assert_names(name_cause, {"corrupted-shard draw": (_mystery.make("corrupted-shard", 12, _BASE), "data"),
-                          "lr-burst draw": (_mystery.make("lr-burst", 13, _BASE), "optimizer")},
+                          "lr-burst draw": (_mystery.make("lr-burst", 13, _BASE), "optimizer"),
+                          "healthy draw": (_mystery.make("healthy", 14, _BASE), "healthy")},
              what="name_cause", off=_off)
 ### BEGIN HIDDEN TESTS
 assert_names(name_cause, {"fresh draw 0": (_mystery.hidden("lr-burst", 63, _BASE, salt="h-04-v2c"), "optimizer"),
@@ -910,8 +951,8 @@ _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_
 _mystery.check_fix(fix, [_mystery.hidden("lr-burst", 65, _BASE, salt="h-04-v2f")], lambda p: _spike_symptom(p, seed=7),
                    what="fix", off=_off)
 ### END HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE)], lambda p: _spike_symptom(p, seed=7),
-                   what="fix", off=_off)
+_mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE), _mystery.make("lr-burst", 22, _BASE)],
+                   lambda p: _spike_symptom(p, seed=7), what="fix", off=_off)
 
 # %% [markdown]
 # Hidden tests: fresh draws of each of the three bugs, trained on a fresh seed.

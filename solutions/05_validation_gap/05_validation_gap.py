@@ -12,10 +12,10 @@
 # **What you learn.**
 # * Three causes open the same gap between a training and a validation curve: **overfitting**, a
 #   **distribution shift**, and an **evaluation bug**. Each has one cheap test that can falsify it.
-# * Compare like with like: the same mode (dropout off), the same loss terms, the same denominator.
-#   `F.dropout(x, p)` ignores `.eval()`.
-# * Audit train/validation overlap (exact and near duplicates) and split by group. **Leakage pushes
-#   validation loss down**, so a rising validation curve is not its fingerprint.
+# * Compare like with like: the same mode (dropout off), the same loss terms, the same denominator;
+#   and what `.eval()` reaches.
+# * Audit train/validation overlap (exact and near duplicates) and split by group, and see which way
+#   leakage moves a validation curve.
 # * Fit preprocessing statistics on the training split only.
 # * Close the loop: fix the cause at the right depth and re-run the test that saw the symptom.
 # * Debug a **mystery pipeline** yourself: write the falsifying test, name the cause and write the
@@ -120,9 +120,8 @@ for name, (model, p) in checks.items():
 #
 # ### Dropout in evaluation
 #
-# With dropout, the same mode matters. `nn.Dropout` obeys `.eval()`; `F.dropout(x, p)` does not,
-# because its `training` argument defaults to `True` (the model's `.eval()` never reaches a function
-# call). Both modules below are put in eval mode and applied to ten ones.
+# With dropout, the same mode matters. Two modules below drop with p = 0.5: one is `nn.Dropout`, the
+# other calls `F.dropout(x, p)` in its forward. Both are put in eval mode and applied to ten ones.
 #
 # **Predict.** After `.eval()`, how many of the ten outputs of the `F.dropout` module are still
 # changed (not 1.0)?
@@ -141,6 +140,10 @@ _ = torch.manual_seed(0)
 functional_out = FunctionalDropout(0.5).eval()(ones)
 print("F.dropout(x, 0.5) after .eval():    ", functional_out.tolist())
 reveal("outputs F.dropout still changes after .eval()", prediction, int((functional_out != 1).sum()))
+
+# %% [markdown]
+# `nn.Dropout` obeys `.eval()`; `F.dropout(x, p)` does not, because its `training` argument defaults
+# to `True`: the model's `.eval()` sets a flag on modules and never reaches a function call.
 
 # %% [markdown]
 # Now a model with dropout 0.1 (trained once, for 200 steps), evaluated three ways: the healthy eval
@@ -307,6 +310,11 @@ with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max
     assert shingle_jaccard([1, 2, 3, 4], [1, 2, 3, 4], 2) == 1.0, "identical sequences have Jaccard 1"
     assert shingle_jaccard([1, 2, 3, 4], [2, 3, 4, 5], 2) == 0.5, "shingles {12,23,34} and {23,34,45}: 2 shared of 4"
     assert shingle_jaccard([1, 2], [3, 4], 3) == 0.0, "sequences shorter than n have no shingles: return 0.0"
+    _got = float(shingle_jaccard(torch.tensor([4, 5, 6, 7]), [4, 5, 6, 8], 2))
+    assert abs(_got - 0.5) < 1e-9, \
+        f"a tensor and a list with shingles {{45,56,67}} and {{45,56,68}} share 2 of 4, got {_got}: compare token ids, not tensor objects"
+    _got = float(shingle_jaccard([2, 2, 2, 2], [2, 2, 3], 2))
+    assert abs(_got - 0.5) < 1e-9, f"shingles are a set, repeats count once: {{22}} and {{22,23}} share 1 of 2, got {_got}"
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(3)
 _trials = [(torch.randint(0, 3, (9,), generator=_g), torch.randint(0, 3, (7,), generator=_g)) for _ in range(20)]
@@ -322,7 +330,7 @@ with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### Leakage pushes validation loss *down*
+# ### Leakage and the validation curve
 #
 # Take the overfitting model from above (it has memorised its 64 windows). Build validation sets of
 # 64 windows in which a growing share are copies of training windows, and score the same model on
@@ -440,6 +448,9 @@ def _check_group_split(groups, fraction, seed):
 _docs = _Pipeline().language().sample(40, 200, seed=7)
 _, _doc_ids = _overlap.sliding_windows(_docs, length=17, stride=4)
 _ = _check_group_split(_doc_ids, 0.2, 0)
+assert len({frozenset(_check_group_split(_doc_ids, 0.2, _s)) for _s in (1, 2, 3)}) > 1, \
+    "seeds 1, 2 and 3 gave the same split: different seeds should give different splits"
+_ = _check_group_split(torch.tensor([8, 8, 3]), 0.9, 0)  # two groups (ids 3 and 8): one goes to validation, never both
 ### BEGIN HIDDEN TESTS
 _g = torch.Generator().manual_seed(5)
 _groups = torch.randint(0, 30, (500,), generator=_g)
@@ -554,25 +565,31 @@ for name, p in mysteries.items():
 # disagrees with the reference, validation sharing windows with training, overfitting, a shifted
 # validation split), `False` for a healthy pipeline. Return a Python or torch bool. Graded like a
 # test suite: it must be quiet on every healthy draw and fire on every broken one, including bugs of
-# this family you have not seen and draws with other seeds. `course.exercises.mystery.reveal`, `draw`, `make`,
+# this family you have not seen and draws with other seeds. A pipeline that crashes under your test
+# is broken: catch the exception around the pipeline's own calls and return `True` (an exception
+# that leaves `detect` is no answer and fails the cell). `course.exercises.mystery.reveal`, `draw`, `make`,
 # `touched`, `valgap.eval_path_check` and `valgap.problems` are switched off while it runs.
 
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
     ### BEGIN SOLUTION
-    model = pipe.build_model(0)
-    probe = valgap.training_probe(pipe, 64)
-    first, again = evaluate(model, probe), evaluate(model, probe)
-    if first != again or abs(first - valgap.reference_loss(model, probe, "val")) > 1e-6:
+    try:
+        model = pipe.build_model(0)
+        probe = valgap.training_probe(pipe, 64)
+        first, again = evaluate(model, probe), evaluate(model, probe)
+        if first != again or abs(first - valgap.reference_loss(model, probe, "val")) > 1e-6:
+            return True
+        train_windows, honest = pipe.windows("train"), valgap.fresh(pipe)
+        shared = overlap.audit(train_windows, pipe.windows("val"))
+        chance = overlap.audit(train_windows, honest.windows("val"))
+        if shared.exact > chance.exact + 0.1 or shared.near > chance.near + 0.1:
+            return True
+        run = valgap.trained(pipe)
+        fresh_loss = valgap.reference_loss(run.model, honest, "val")
+        val_loss = valgap.reference_loss(run.model, pipe, "val")
+    except Exception:  # a pipeline that crashes under the test is broken
         return True
-    train_windows, honest = pipe.windows("train"), valgap.fresh(pipe)
-    shared = overlap.audit(train_windows, pipe.windows("val"))
-    chance = overlap.audit(train_windows, honest.windows("val"))
-    if shared.exact > chance.exact + 0.1 or shared.near > chance.near + 0.1:
-        return True
-    run = valgap.trained(pipe)
-    fresh_loss = valgap.reference_loss(run.model, honest, "val")
-    return fresh_loss - valgap.seen_loss(run) > 0.3 or valgap.reference_loss(run.model, pipe, "val") - fresh_loss > 0.1
+    return fresh_loss - valgap.seen_loss(run) > 0.3 or val_loss - fresh_loss > 0.1
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_mystery_detect", "locked": true, "points": 2, "schema_version": 3, "solution": false}
@@ -584,8 +601,15 @@ from course.exercises.grading import assert_detector as _assert_detector
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _valgap.eval_path_check, _valgap.problems)
 _mysteries = _SETS["05_validation_gap"].draws()  # the notebook's `mysteries`, drawn again here
 _answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
-_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "falsifying test", off=_OFF)
+
+
+def _crashing_eval_mode(model):  # a part that raises: a pipeline that crashes under your test is broken
+    raise RuntimeError("this pipeline's eval_mode crashes")
+
+
+_broken = {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}
+_broken["a pipeline that crashes"] = _SETS["05_validation_gap"].base.replace(eval_mode=_crashing_eval_mode)
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"}, _broken, "falsifying test", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
@@ -712,7 +736,9 @@ _mystery.check_fix(fix, [_mystery.hidden(b, 40 + i, _mbase, salt="h-05-f90") for
     _still_broken, "fix (unseen bugs)", off=_OFF)
 ### END HIDDEN TESTS
 _mystery.check_fix(fix, [_mystery.make(b, 30 + i, _mbase) for i, b in enumerate(
-    ("dropout-left-on-in-eval", "train-set-too-small", "val-overlaps-train"))], _still_broken, "fix", off=_OFF)
+    ("dropout-left-on-in-eval", "train-set-too-small", "val-overlaps-train"))]
+    + [_mystery.make("eval-label-smoothing", 33, _mbase)],  # a bug in each field of the table
+    _still_broken, "fix", off=_OFF)
 
 # %% [markdown]
 # ## What each test can and cannot prove

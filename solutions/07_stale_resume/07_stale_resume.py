@@ -261,6 +261,11 @@ _manifest_a = _manifest.manifest(_OLD, 0, 200, "yesterday")
 _manifest_b = _manifest.manifest(_OLD.replace(lr=3e-3), 0, 200, "today")
 _check_diff(_manifest_a, _manifest_b, "yesterday against today")
 _check_diff(_manifest_a, _manifest_a, "a manifest against itself")
+import copy as _copy
+_manifest_c = _copy.deepcopy(_manifest_b)
+_manifest_c["data"]["visible extra shard"] = "0a1b2c"  # an entry yesterday's manifest does not have
+_check_diff(_manifest_a, _manifest_c, "today, with an entry added")
+_check_diff(_manifest_c, _manifest_a, "yesterday, against a manifest with an extra entry (it was removed)")
 ### BEGIN HIDDEN TESTS
 import copy as _copy
 _hp = _OLD.replace(data_seed=_OLD.data_seed + 17)
@@ -600,18 +605,23 @@ for name, p in mysteries.items():
 # parameter departs from the unbroken run after a save and resume, or a run resumed with a new
 # learning rate does not use the new configuration's rates), `False` if it resumes correctly. Return a
 # Python or torch bool. Graded like a test suite: quiet on every healthy draw, firing on every broken
-# one, including ways of resuming wrongly that you have not seen and draws with other seeds.
+# one, including ways of resuming wrongly that you have not seen and draws with other seeds. A
+# pipeline that crashes under your test is broken: catch the exception around the pipeline's own
+# calls and return `True` (an exception that leaves `detect` is no answer and fails the cell).
 # `course.exercises.mystery.reveal`, `draw`, `make`, `touched` and `checkpoint.resume_check` are switched off.
 
 # %% nbgrader={"grade": false, "grade_id": "detect", "locked": false, "schema_version": 3, "solution": true}
 def detect(pipe):
     ### BEGIN SOLUTION
-    unbroken = train_steps(start(pipe, 0), 16, eval_every=0)
-    resumed, data = checkpoint.split_run(pipe, 0, 8, 8)
-    if checkpoint.differences(unbroken, resumed):
+    try:
+        unbroken = train_steps(start(pipe, 0), 16, eval_every=0)
+        resumed, data = checkpoint.split_run(pipe, 0, 8, 8)
+        if checkpoint.differences(unbroken, resumed):
+            return True
+        new = pipe.replace(lr=pipe.lr / 2)
+        moved = train_steps(resume(new, io.BytesIO(data)), 8, eval_every=0)
+    except Exception:  # a pipeline that crashes under the test is broken
         return True
-    new = pipe.replace(lr=pipe.lr / 2)
-    moved = train_steps(resume(new, io.BytesIO(data)), 8, eval_every=0)
     wanted = [new.lr * warmup_then_linear(s, new.warmup, new.steps) for s in range(8, 16)]
     return moved.history["lr"][8:] != wanted
     ### END SOLUTION
@@ -625,8 +635,15 @@ from course.exercises.grading import assert_detector as _assert_detector
 _OFF = (_mystery.reveal, _mystery.draw, _mystery.make, _mystery.touched, _ck.resume_check)
 _mysteries = _SETS["07_stale_resume"].draws()  # the notebook's `mysteries`, drawn again here
 _answers = {name: _mystery.reveal(p) for name, p in _mysteries.items()}
-_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"},
-                 {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}, "resume check", off=_OFF)
+
+
+def _crashing_restore(run, ckpt):  # a part that raises: a pipeline that crashes under your test is broken
+    raise RuntimeError("this pipeline's restore crashes")
+
+
+_broken = {n: p for n, p in _mysteries.items() if _answers[n] != "healthy"}
+_broken["a pipeline that crashes"] = _SETS["07_stale_resume"].base.replace(restore=_crashing_restore)
+_assert_detector(detect, {n: p for n, p in _mysteries.items() if _answers[n] == "healthy"}, _broken, "resume check", off=_OFF)
 ### BEGIN HIDDEN TESTS
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 _hbase = _Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64, dropout=0.1),
