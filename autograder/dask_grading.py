@@ -454,6 +454,24 @@ def security(tls_ca_file: str | None = None, tls_cert: str | None = None, tls_ke
 
 
 START_SCHEDULER = "python -m autograder.dask_grading scheduler (from a checkout of the course)"
+CLIENT_LOG = Path("autograded") / "_reports" / "dask-client.log"
+
+
+def log_to_file(path: Path) -> None:
+    """Send what Dask's client logs (``distributed`` and ``asyncio``: reconnect attempts, and the
+    tracebacks it prints when the scheduler is lost) to ``path`` instead of the runner's output, where
+    they followed its own one-line message."""
+    import logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    for name in ("distributed", "asyncio"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def connect(address: str, root: Path, timeout: float = 30, tls: dict | None = None) -> Cluster:
@@ -468,6 +486,7 @@ def connect(address: str, root: Path, timeout: float = 30, tls: dict | None = No
 
     version = course_version(root)
     secure = security(**(tls or {}))
+    log_to_file(Path(root) / CLIENT_LOG)
     try:
         client = Client(address, timeout=timeout, security=secure)  # the default: distributed.wait uses it
     except (OSError, TimeoutError) as err:

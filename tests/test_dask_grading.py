@@ -805,3 +805,48 @@ def test_shards_grade_disjoint_students_and_merge(toy, tmp_path):
     (root / grade_class.REPORTS / f"{A}.shard-1-of-2.json").unlink()
     _, problems = grade_class.merge_reports(root, A)
     assert problems == ["no report from shard(s) 1 of 2: their students are not in the merge"]
+
+
+def test_what_dasks_client_logs_goes_to_the_log_not_the_runners_output(tmp_path):
+    """The tracebacks Dask's client logs when its scheduler is gone (``distributed.client`` errors
+    with their traceback, asyncio's) go to the log file, not to the console handler Dask installs on
+    its logger (the runner's output), nor up to the root logger. Control: before the redirect the
+    console handler gets the traceback."""
+    import io
+    import logging
+
+    from autograder import dask_grading
+
+    names = ("distributed", "asyncio")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).propagate) for n in names}
+    console, root_seen = io.StringIO(), io.StringIO()
+    root_handler = logging.StreamHandler(root_seen)
+
+    def log_a_traceback():
+        try:
+            raise ConnectionRefusedError("[Errno 111] Connection refused")
+        except ConnectionRefusedError:
+            logging.getLogger("distributed.client").exception("reconnect failed")
+        logging.getLogger("asyncio").error("Task exception was never retrieved")
+
+    try:
+        logging.getLogger("distributed").addHandler(logging.StreamHandler(console))   # as Dask's own config does
+        logging.getLogger("asyncio").addHandler(logging.StreamHandler(console))
+        log_a_traceback()
+        assert "Traceback" in console.getvalue(), "control: the console handler gets the traceback"
+        console.truncate(0)
+        logging.getLogger().addHandler(root_handler)
+        dask_grading.log_to_file(tmp_path / "dask-client.log")
+        log_a_traceback()
+        assert console.getvalue() == "" and root_seen.getvalue() == "", (console.getvalue(), root_seen.getvalue())
+        text = (tmp_path / "dask-client.log").read_text()
+        assert "Traceback" in text and "never retrieved" in text
+    finally:
+        logging.getLogger().removeHandler(root_handler)
+        for n, (handlers, propagate) in saved.items():
+            logger = logging.getLogger(n)
+            for h in list(logger.handlers):
+                logger.removeHandler(h)
+            for h in handlers:
+                logger.addHandler(h)
+            logger.propagate = propagate
