@@ -458,15 +458,24 @@ CLIENT_LOG = Path("autograded") / "_reports" / "dask-client.log"
 
 
 def log_to_file(path: Path) -> None:
-    """Send what Dask's client logs (``distributed`` and ``asyncio``: reconnect attempts, and the
-    tracebacks it prints when the scheduler is lost) to ``path`` instead of the runner's output, where
-    they followed its own one-line message."""
+    """Send what Dask's client logs (reconnect attempts, and the tracebacks it logs when the
+    scheduler is lost) to ``path`` instead of the runner's output, where they followed its own
+    one-line message. Dask's logging set-up gives ``distributed``, ``distributed.client``,
+    ``tornado`` and others each a console handler of their own and stops them propagating: every
+    such handler is removed, the children pass their records up again, and the top loggers
+    (``distributed``, ``tornado``, ``bokeh``, ``asyncio``) write to the file."""
     import logging
 
+    tops = ("distributed", "tornado", "bokeh", "asyncio")
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    for name in ("distributed", "asyncio"):
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and name.split(".")[0] in tops and name not in tops:
+            for old in list(logger.handlers):
+                logger.removeHandler(old)
+            logger.propagate = True
+    for name in tops:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
             logger.removeHandler(old)
