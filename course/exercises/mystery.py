@@ -166,12 +166,12 @@ def _plain(value, budget: list, depth: int = 64) -> bool:
     if t is Batch or t is Run:
         # a run's records (history, val, phases: a dict of lists that grows every step) are checked
         # to their lists, not element by element: a part is called every step with the run
-        return all(_fits(getattr(value, f.name), _field_kinds(t, f.name), budget, depth=1)
+        return all(_fits(getattr(value, f.name), _field_kinds(f.name), budget, depth=1)
                    for f in dataclasses.fields(t))
     return False
 
 
-def _field_kinds(cls, name: str):
+def _field_kinds(name: str):
     """The kinds a ``Batch``'s or ``Run``'s field may hold (``_fits``)."""
     if name in ("model",):
         return ("module",)
@@ -196,9 +196,9 @@ def _fits(value, kinds, budget=None, depth: int = 64) -> bool:
             return True
         if kind == "device" and (t is torch.device or t is str or value is None):
             return True
-        if kind == "params" and (t in (list, tuple) or isinstance(value, types.GeneratorType)):
-            if isinstance(value, types.GeneratorType):
-                return True  # model.parameters(): a generator of the module's own making
+        if kind == "params" and t is types.GeneratorType:
+            return True  # model.parameters(): a generator of the module's own making
+        if kind == "params" and t in (list, tuple):
             return all(type(v) is torch.nn.Parameter for v in value)
         if kind == "plain" and _plain(value, budget, depth):
             return True
