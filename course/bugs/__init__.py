@@ -25,6 +25,8 @@ Families, and the module of this package that holds them:
   ``validation``).
 * ``throughput``, ``resume``, ``generation``, ``evaluation``: the families of notebooks 06 to 09,
   each registered by its own module here.
+* ``lr-instability``: a run that spikes early or trains worse than it should, from its schedule,
+  its optimizer's constants or its initialisation (notebook 12, ``instability``).
 
 To add a bug, write a function of a pipeline in the family's module, decorate it with
 ``@bug(family, symptom)`` (from ``.registry``) and import the module below; the training loop does
@@ -37,5 +39,6 @@ from .registry import FAMILIES, Bug, bug, catalogue, get, inject
 from . import basic, fitting, nonfinite, spike, validation  # noqa: E402,F401
 from . import throughput, resume, generation, evaluation  # noqa: E402,F401
 from . import amp, precision  # noqa: E402,F401  (notebook 10: families "amp-memory", "fp16-overflow")
+from . import instability  # noqa: E402,F401  (notebook 12: family "lr-instability")
 
 __all__ = ["FAMILIES", "Bug", "bug", "catalogue", "get", "inject"]

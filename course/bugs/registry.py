@@ -38,6 +38,7 @@ FAMILIES = (
     "generation",  # notebook 08
     "evaluation",  # notebook 09
     "amp-memory", "fp16-overflow",  # notebook 10
+    "lr-instability",  # notebook 12
 )
 
 

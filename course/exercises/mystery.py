@@ -110,6 +110,7 @@ def _contract(field: str):
         "make_optimizer": (module, (Pipeline,)),
         "prepare": (module,),
         "update": (optimizer,),
+        "schedule": ((int,), (int,), (int,)),
         "val_source": ((Pipeline,),),
         "eval_mode": (module,),
         "batches": ((Pipeline,), (int,), (int,)),

@@ -93,4 +93,11 @@ SETS = {
         candidates=("healthy", "loss-kept-with-graph", "monitor-kept-with-graph"),
         base=_AMP_BASE,
         seeds=(1, 2, 3, 5, 9, 10)),
+    "12_lr_instability": MysterySet(
+        candidates=("healthy", "healthy", "warmup-skipped", "adam-eps-large", "init-too-small"),
+        base=Pipeline().replace(n_symbols=8, seq_len=16, model=_TINY_MODEL, n_train=2048, n_val=128, batch_size=32,
+                                steps=60, lr=3e-2, warmup=10),
+        seeds=(0, 2, 6, 9, 11, 5),
+        causes=(("healthy", "healthy"), ("warmup-skipped", "schedule"), ("warmup-in-examples", "schedule"),
+                ("adam-eps-large", "optimizer"), ("adam-beta2-low", "optimizer"), ("init-too-small", "init"))),
 }

@@ -90,6 +90,9 @@ class Pipeline:
     make_optimizer: Callable[[nn.Module, "Pipeline"], torch.optim.Optimizer] = part(build_optimizer)
     prepare: Callable[[nn.Module], nn.Module] = part(prepare_model)
     update: Callable[[torch.optim.Optimizer], None] = part(apply_update)
+    # the learning-rate schedule (notebook 12): (step, warmup, steps) -> the multiplier of ``lr`` at
+    # that step, which course.reference.train.start hands to a LambdaLR
+    schedule: Callable[[int, int, int], float] = part(warmup_then_linear)
     # the evaluation parts (notebook 05): where validation windows come from, the loss and mode it uses
     val_source: Callable[["Pipeline"], torch.Tensor] | None = part(None)  # None: n_val windows of the language, val_seed
     eval_loss_fn: Callable[[torch.Tensor, Batch], torch.Tensor] | None = part(None)  # None: loss_fn

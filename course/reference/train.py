@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ..toolkit.batch import Batch
 from ..toolkit.phases import PHASES, CostModel, WallClock, active, charge
-from .pipeline import Pipeline, warmup_then_linear
+from .pipeline import Pipeline
 
 HISTORY_KEYS = (
     "step", "loss", "lr", "grad_norm", "param_norm", "rel_update", "finite",
@@ -59,7 +59,7 @@ def start(pipe: Pipeline, seed: int = 0) -> Run:
     model = pipe.build_model(seed)
     optimizer = pipe.make_optimizer(model, pipe)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: warmup_then_linear(s, pipe.warmup, pipe.steps)
+        optimizer, lambda s: pipe.schedule(s, pipe.warmup, pipe.steps)
     )
     torch.manual_seed(seed)  # the RNG that dropout draws from during training
     return Run(pipe, seed, model, optimizer, scheduler)
