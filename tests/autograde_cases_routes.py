@@ -83,6 +83,7 @@ CELLS = {
     "09_eval_harness": ("detect", "name_cause", "fix"),
     "10_amp_memory": ("detect", "name_cause", "fix"),
     "11_capstone": ("detect", None, "fix"),
+    "12_lr_instability": ("detect", "name_cause", "fix"),
 }
 
 # A private helper that does a switched-off check's work (appended to the detect cell instead of

@@ -1,0 +1,192 @@
+"""Targeted submissions for 12_lr_instability (see tests/autograde_cases.py for the format).
+
+Every graded exercise has an alternative correct answer (full marks), a realistic wrong answer and a
+degenerate one (a constant, a delegation to the package function that is switched off, or one that
+reads the pipeline's settings), each with the exact test cells it must lose. ``fix`` calls the
+learner's ``name_cause``, so a wrong ``name_cause`` loses the fix cell too.
+"""
+from autograder.grading import Case
+
+A = "12_lr_instability"
+CLIP, CHANGE = "test_clipped_fraction", "test_real_change"
+DETECT, CAUSE, FIX = "test_mystery_detect", "test_mystery_cause", "test_mystery_fix"
+
+# ----- clipped_fraction ----------------------------------------------------------------------------
+_CLIP_TENSOR = """def clipped_fraction(grad_norms, threshold):
+    t = torch.as_tensor([float(g) for g in grad_norms], dtype=torch.float64)
+    if t.numel() == 0:
+        return 0.0
+    return ((t > threshold) | ~torch.isfinite(t)).double().mean()
+"""
+
+# Realistic wrong: NaN compares False, so a NaN norm is not counted (inf still is, being > threshold).
+_CLIP_NAN_UNCOUNTED = """def clipped_fraction(grad_norms, threshold):
+    norms = [float(g) for g in grad_norms]
+    return sum(g > threshold for g in norms) / len(norms) if norms else 0.0
+"""
+
+# Realistic wrong: >= where the specification (and clip_grad_norm_) says >.
+_CLIP_AT_THRESHOLD = """def clipped_fraction(grad_norms, threshold):
+    norms = [float(g) for g in grad_norms]
+    return sum(not math.isfinite(g) or g >= threshold for g in norms) / len(norms) if norms else 0.0
+"""
+
+# ----- real_change ---------------------------------------------------------------------------------
+_CHANGE_STATISTICS = """import statistics
+
+def real_change(baseline, candidate):
+    b, c = [float(x) for x in baseline], [float(x) for x in candidate]
+    widest = max(max(v) - min(v) for v in (b, c))
+    return statistics.fmean(b) - statistics.fmean(c) > widest
+"""
+
+# Realistic wrong: the means alone, no noise.
+_CHANGE_MEANS_ONLY = """def real_change(baseline, candidate):
+    b, c = [float(x) for x in baseline], [float(x) for x in candidate]
+    return sum(c) / len(c) < sum(b) / len(b)
+"""
+
+# Realistic wrong: the baseline's range only (the candidate's own spread ignored).
+_CHANGE_BASELINE_RANGE = """def real_change(baseline, candidate):
+    b, c = [float(x) for x in baseline], [float(x) for x in candidate]
+    return sum(b) / len(b) - sum(c) / len(c) > max(b) - min(b)
+"""
+
+# ----- detect --------------------------------------------------------------------------------------
+# Another method: the loss of the first steps, against the healthy twin's on the same seed, bit for
+# bit (the same parts compute the same floats); a crash counts as broken.
+_DETECT_LOSSES = """from course.reference.train import start, train_steps
+
+
+def _first_losses(p, steps=3):
+    run = start(p, 0)
+    train_steps(run, steps, eval_every=10**9)
+    return run.history["loss"]
+
+
+def detect(pipe):
+    try:
+        return _first_losses(pipe) != _first_losses(healthy_twin(pipe))
+    except Exception:
+        return True
+"""
+
+# Realistic wrong: the final loss against the twin's with a margin. The optimizer bugs at some
+# rates end within the margin (the loss is noisy evidence), so a broken draw goes unseen.
+_DETECT_FINAL_LOSS = """def detect(pipe):
+    try:
+        mine = train(pipe, seed=0, eval_every=10**9).final_val_loss
+        ref = train(healthy_twin(pipe), seed=0, eval_every=10**9).final_val_loss
+    except Exception:
+        return True
+    return not mine <= ref + 0.05
+"""
+
+# Realistic wrong: the used rate only (warm-up is what this notebook is about), not the optimizer's
+# constants nor the initial weights.
+_DETECT_RATE_ONLY = """def detect(pipe):
+    try:
+        mine, ref = instability.used(pipe), instability.used(healthy_twin(pipe))
+    except Exception:
+        return True
+    return any(abs(a - b) > 1e-6 * b for a, b in zip(mine["lr"], ref["lr"]))
+"""
+
+# ----- name_cause ----------------------------------------------------------------------------------
+# Another method: swap one part at a time for the reference and see which swap makes the first
+# losses equal to the twin's (the ablation of notebook 00).
+_NAME_SWAP = """from course.reference.train import start, train_steps
+from course.reference.pipeline import Pipeline as _Reference
+
+
+def _first_losses(p, steps=3):
+    run = start(p, 0)
+    train_steps(run, steps, eval_every=10**9)
+    return run.history["loss"]
+
+
+def name_cause(pipe):
+    ref = _first_losses(healthy_twin(pipe))
+    if _first_losses(pipe) == ref:
+        return "healthy"
+    for field, cause in (("schedule", "schedule"), ("optimizer_factory", "optimizer"), ("prepare", "init")):
+        if _first_losses(pipe.replace(**{field: getattr(_Reference(), field)})) == ref:
+            return cause
+    return "schedule"
+"""
+
+# Realistic wrong: the used rate, then "it trains worse: the optimizer". The too-small
+# initialisation is named an optimizer bug, and so the fix replaces the wrong part.
+_NAME_NO_INIT = """def name_cause(pipe):
+    mine, ref = instability.used(pipe), instability.used(healthy_twin(pipe))
+    if any(abs(a - b) > 1e-6 * b for a, b in zip(mine["lr"], ref["lr"])):
+        return "schedule"
+    if mine["rel_update"] != ref["rel_update"]:
+        return "optimizer"
+    return "healthy"
+"""
+
+# Degenerate: reads the settings (every setting shows the healthy value).
+_NAME_SETTINGS = """def name_cause(pipe):
+    if pipe.warmup <= 1:
+        return "schedule"
+    if pipe.lr > 0.03:
+        return "optimizer"
+    return "healthy"
+"""
+
+# ----- fix -----------------------------------------------------------------------------------------
+_FIX_FROM_REFERENCE = """from course import Pipeline as _Pipeline
+
+_FIELD = {"schedule": "schedule", "optimizer": "optimizer_factory", "init": "prepare"}
+
+
+def fix(pipe):
+    field = _FIELD.get(name_cause(pipe))
+    return pipe if field is None else pipe.replace(**{field: getattr(_Pipeline(), field)})
+"""
+
+# Realistic wrong: every suspect part replaced, broken or not (changes parts that were not broken).
+_FIX_ALL_PARTS = """import course.reference.pipeline as _ref
+
+
+def fix(pipe):
+    return pipe.replace(schedule=_ref.warmup_then_linear, optimizer_factory=_ref.adamw, prepare=_ref.prepare_model)
+"""
+
+# Degenerate: the base pipeline (loses the draw's own configuration).
+_FIX_BASE = """def fix(pipe):
+    return SETS["12_lr_instability"].base
+"""
+
+CASES = [
+    # clipped_fraction
+    Case(A, "clip_tensor_mean", {"clipped_fraction": _CLIP_TENSOR}, set()),
+    Case(A, "clip_nan_uncounted", {"clipped_fraction": _CLIP_NAN_UNCOUNTED}, {CLIP}),
+    Case(A, "clip_at_threshold", {"clipped_fraction": _CLIP_AT_THRESHOLD}, {CLIP}),
+    Case(A, "clip_delegates",
+         {"clipped_fraction": "def clipped_fraction(grad_norms, threshold):\n"
+                              "    return instability.clipped_fraction(grad_norms, threshold)\n"}, {CLIP}),
+    # real_change
+    Case(A, "change_statistics", {"real_change": _CHANGE_STATISTICS}, set()),
+    Case(A, "change_means_only", {"real_change": _CHANGE_MEANS_ONLY}, {CHANGE}),
+    Case(A, "change_baseline_range", {"real_change": _CHANGE_BASELINE_RANGE}, {CHANGE}),
+    Case(A, "change_delegates",
+         {"real_change": "def real_change(baseline, candidate):\n"
+                         "    return instability.real_change(baseline, candidate)\n"}, {CHANGE}),
+    # detect
+    Case(A, "detect_first_losses", {"detect": _DETECT_LOSSES}, set()),
+    Case(A, "detect_final_loss", {"detect": _DETECT_FINAL_LOSS}, {DETECT}),
+    Case(A, "detect_rate_only", {"detect": _DETECT_RATE_ONLY}, {DETECT}),
+    Case(A, "detect_always", {"detect": "def detect(pipe):\n    return True\n"}, {DETECT}),
+    Case(A, "detect_delegates",
+         {"detect": "def detect(pipe):\n    return bool(instability.problems(pipe))\n"}, {DETECT}),
+    # name_cause (the fix calls it)
+    Case(A, "name_by_swapping_parts", {"name_cause": _NAME_SWAP}, set()),
+    Case(A, "name_without_init", {"name_cause": _NAME_NO_INIT}, {CAUSE, FIX}),
+    Case(A, "name_reads_settings", {"name_cause": _NAME_SETTINGS}, {CAUSE, FIX}),
+    # fix
+    Case(A, "fix_from_reference_pipeline", {"fix": _FIX_FROM_REFERENCE}, set()),
+    Case(A, "fix_all_parts", {"fix": _FIX_ALL_PARTS}, {FIX}),
+    Case(A, "fix_returns_base", {"fix": _FIX_BASE}, {FIX}),
+]
