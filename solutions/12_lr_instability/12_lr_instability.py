@@ -196,7 +196,7 @@ plt.show()
 # norm is **strictly above** `threshold` (the steps `clip_grad_norm_` scales down). `grad_norms` is a
 # list of floats or a 1-D tensor. A non-finite norm (NaN or inf) counts as clipped: such a step needs
 # attention whatever the threshold (and `clip_grad_norm_` cannot repair it). An empty list gives
-# `0.0`. Return a Python float (a 0-d tensor is accepted too), compared to 1e-9.
+# `0.0`. Return a Python float (a 0-d tensor is accepted too), compared to 1e-6.
 # `instability.clipped_fraction` is switched off while this is graded.
 
 # %% nbgrader={"grade": false, "grade_id": "clipped_fraction", "locked": false, "schema_version": 3, "solution": true}
@@ -216,10 +216,11 @@ from course.lessons import instability as _instability
 from course.exercises.grading import captured_warnings as _captured, switched_off as _off
 
 with _captured(), _off(_instability.clipped_fraction):
-    assert abs(float(clipped_fraction([0.5, 1.5, 2.0, 0.9], 1.0)) - 0.5) < 1e-9, "two of four norms are above 1.0"
-    assert float(clipped_fraction([1.0, 1.0, 2.0], 1.0)) == 1 / 3, "a norm equal to the threshold is not clipped: only > counts"
+    assert abs(float(clipped_fraction([0.5, 1.5, 2.0, 0.9], 1.0)) - 0.5) < 1e-6, "two of four norms are above 1.0"
+    _got = float(clipped_fraction([1.0, 1.0, 2.0], 1.0))
+    assert abs(_got - 1 / 3) < 1e-6, f"a norm equal to the threshold is not clipped (only > counts): 1 of 3, got {_got}"
     _got = float(clipped_fraction(torch.tensor([0.1, float("nan"), float("inf"), 0.2]), 5.0))
-    assert abs(_got - 0.5) < 1e-9, f"NaN and inf count as clipped (2 of 4), and a tensor works like a list; got {_got}"
+    assert abs(_got - 0.5) < 1e-6, f"NaN and inf count as clipped (2 of 4), and a tensor works like a list; got {_got}"
     assert float(clipped_fraction([], 1.0)) == 0.0, "an empty list gives 0.0"
     assert float(clipped_fraction([3.0, 4.0], 0.01)) == 1.0 and float(clipped_fraction([3.0, 4.0], 100.0)) == 0.0, \
         "a threshold below every norm clips all steps, one above every norm clips none"
@@ -234,8 +235,8 @@ with _captured(), _off(_instability.clipped_fraction):
     assert float(clipped_fraction([2.0], 2.0)) == 0.0, "equal to the threshold: not clipped"
     for _l, _w in zip(_lists, _want):
         for _t, _x in zip((0.5, 1.0, 2.9), _w):
-            assert abs(float(clipped_fraction(_l, _t)) - _x) < 1e-9, f"wrong fraction for threshold {_t}"
-            assert abs(float(clipped_fraction(_l.tolist(), _t)) - _x) < 1e-9, f"wrong fraction for a list, threshold {_t}"
+            assert abs(float(clipped_fraction(_l, _t)) - _x) < 1e-6, f"wrong fraction for threshold {_t}"
+            assert abs(float(clipped_fraction(_l.tolist(), _t)) - _x) < 1e-6, f"wrong fraction for a list, threshold {_t}"
 ### END HIDDEN TESTS
 
 # %% tags=["demo"]
@@ -421,6 +422,7 @@ with _captured(), _off(_instability.real_change, _instability.spread):
 from course.exercises import mystery
 from course.exercises.sets import SETS
 from course.reference.pipeline import healthy_twin
+import course.reference.pipeline  # the reference parts (the table of the fix below)
 
 MYSTERIES = SETS["12_lr_instability"]  # the candidates, the base and the seeds; the tests draw the same
 MBASE, CANDIDATES = MYSTERIES.base, MYSTERIES.candidates
@@ -441,9 +443,11 @@ for name, p in mysteries.items():
 #   reference): trained with the same seed, it is the negative control; a healthy pipeline gives the
 #   same numbers as its twin, bit for bit;
 # * **what the run used**: `instability.used(pipe)` against `instability.used(healthy_twin(pipe))`:
-#   the rate at each step (the schedule), the optimizer's constants (the optimizer factory), the
-#   initial weight scale (the model's preparation). Floats from the same computation are equal;
-#   compare rates to a relative 1e-6 and the weight scale to 1%.
+#   a dict with the rate at each step (`"lr"`: the schedule), the optimizer's constants
+#   (`"optimizer"`: the optimizer factory), the initial weight scale (`"init_scale"`: the model's
+#   preparation) and each step's relative update (`"rel_update"`), over the first `steps=4` steps by
+#   default (pass `steps=` for more: a part that misbehaves only later needs them). Floats from the
+#   same computation are equal; compare rates to a relative 1e-6 and the weight scale to 1%.
 #
 # ### (a) A falsifying test
 #
