@@ -54,6 +54,7 @@ import json
 import math
 import os
 import random
+import re
 import select
 import shutil
 import signal
@@ -148,7 +149,7 @@ class _Collectives:
         except RuntimeError as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise RuntimeError(f"rank {self.rank}: {name} at step {step} (its collective #{self.count}) failed "
-                               f"after {time.monotonic() - started:.1f} s: {first}") from None
+                               f"after {time.monotonic() - started:.1f} s (wall): {first}") from None
 
     def all_reduce(self, tensor, step: int) -> None:
         import torch.distributed as dist
@@ -332,8 +333,10 @@ def _stacks(job: _Running, how: str) -> list[str]:
             continue
         if how == "py-spy":
             try:
-                done = subprocess.run([_py_spy(), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=15)
+                done = subprocess.run([_py_spy(), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=15,
+                                      env={**os.environ, "NO_COLOR": "1", "CLICOLOR": "0", "TERM": "dumb"})
                 text = done.stdout if done.returncode == 0 else f"py-spy failed: {done.stderr.strip()}"
+                text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # py-spy colours its output on some terminals
             except subprocess.TimeoutExpired:
                 text = "py-spy did not answer in 15 s"
             out.append(text)
@@ -562,7 +565,7 @@ class Job:
     steps: int
     n_examples: int
     batch_size: int
-    budget_s: float = 6.0
+    budget_s: float = 4.0
 
     def __repr__(self) -> str:
         return (f"<job: {self.world} ranks, {self.steps} steps, {self.n_examples} examples, "
@@ -627,7 +630,7 @@ class Job:
             if all(r["exited"] for r in status):
                 return
             if time.monotonic() > end:
-                where = ", ".join(f"rank {r['rank']} at step {r['step']} (idle {r['idle_s']:.1f} s)" for r in status)
+                where = ", ".join(f"rank {r['rank']} at step {r['step']} (idle {r['idle_s']:.1f} s (wall))" for r in status)
                 raise Hung(f"the job did not finish within {timeout_s} s: {where}. It is still running: "
                            "look at job.stacks() to see where each rank waits, then job.close()")
             time.sleep(0.05)
@@ -642,7 +645,7 @@ class Job:
 
 
 def start(kind: str = HEALTHY, seed: int = 0, salt: str = "", shards: list | None = None,
-          timeout_s: float = 300.0, budget_s: float = 6.0) -> Job:
+          timeout_s: float = 300.0, budget_s: float = 4.0) -> Job:
     """Start a job of ``kind`` (``KINDS``) with the settings of ``seed``/``salt``. ``shards``
     (``[step][rank] -> ids``) replaces ``default_shards``; ``timeout_s`` is the process group's
     timeout (the default is long enough that a hang stays a hang). Returns at once."""
@@ -657,7 +660,7 @@ def draw_kind(seed: int, salt: str = "", candidates=KINDS) -> str:
     return _rng(seed, salt, "kind").choice(list(candidates))
 
 
-def draw(seed: int, salt: str = "", candidates=KINDS, budget_s: float = 6.0) -> Job:
+def draw(seed: int, salt: str = "", candidates=KINDS, budget_s: float = 4.0) -> Job:
     """A mystery job: ``start(draw_kind(seed, salt, candidates), seed, salt)``."""
     return start(draw_kind(seed, salt, candidates), seed, salt, budget_s=budget_s)
 
@@ -697,6 +700,23 @@ def agree(sequences: list[list[tuple[str, int]]]) -> int | None:
         if any(i < len(s) and s[i][0] != name for s in sequences):
             return i
     return None
+
+
+def brief(stack: str, keep: int = 3) -> str:
+    """A ``py-spy dump`` shortened to what says where a rank waits: each thread's header (without its id), its
+    innermost frame (where it waits) and its ``keep`` innermost frames in the course's own code
+    (what the training loop was doing); the process header and library frames in between are dropped."""
+    out, first, left = [], False, 0
+    for line in stack.splitlines():
+        if line.startswith("Thread "):  # 'Thread 521 (idle): "MainThread"': the id changes from run to run
+            ident, _, rest = line[len("Thread "):].partition(" ")
+            out.append("thread " + rest)
+            first, left = True, keep
+        elif line.startswith("    ") and (first or (left and "course/" in line)):
+            out.append(line)
+            left -= 0 if first else 1
+            first = False
+    return "\n".join(out) if out else stack.strip()
 
 
 def within_budget(detect: Callable[[Job], object], slack_s: float = 3.0) -> Callable[[Job], object]:
