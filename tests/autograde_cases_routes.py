@@ -84,6 +84,7 @@ CELLS = {
     "10_amp_memory": ("detect", "name_cause", "fix"),
     "11_capstone": ("detect", None, "fix"),
     "12_lr_instability": ("detect", "name_cause", "fix"),
+    "13_hangs": ("detect", "name_cause", "plan_shards"),
 }
 
 # A private helper that does a switched-off check's work (appended to the detect cell instead of

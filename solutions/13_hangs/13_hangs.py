@@ -227,6 +227,8 @@ control.close()
 # wait. Its text form (shown where widgets do not run) lists all four.
 
 # %% tags=["demo"]
+import html
+
 import ipywidgets as widgets
 
 from course.toolkit.textview import with_text
@@ -242,8 +244,16 @@ with hangs.Batch() as shown:
         where = [hangs.brief(s, keep=2) for s in j.stacks()]
         evidence[kind] = (f"{kind}: steps finished {steps} of {j.steps}; last collective issued {last}\n"
                           + "\n".join(f"  rank {r}: " + w.replace("\n", "\n    ") for r, w in enumerate(where)))
-explorer = widgets.interactive(lambda job: print(evidence[job]), job=widgets.Dropdown(options=list(evidence)))
-with_text(explorer, lambda: "\n\n".join(evidence.values()))
+choice, view = widgets.Dropdown(options=list(evidence), description="job"), widgets.HTML()
+
+
+def show(change=None):
+    view.value = "<pre>" + html.escape(evidence[choice.value]) + "</pre>"
+
+
+choice.observe(show, names="value")
+show()
+with_text(widgets.VBox([choice, view]), lambda: "\n\n".join(evidence.values()))
 
 # %% [markdown]
 # * **Barrier never reached**: rank 0 waits in the checkpoint's `barrier`; the others wait in
