@@ -208,3 +208,15 @@ def test_a_merged_plan_fixes_the_skipped_collective(no_orphans):
     job.join(30)
     assert sorted(i for r in job.examples_seen() for i in r) == ids
     _hung(job0, 1)
+
+
+def test_the_faulthandler_watchdog_dumps_a_stuck_rank_and_stays_quiet_on_a_healthy_job(no_orphans):
+    stuck = no_orphans.start("loader-deadlock", seed=1, watchdog_s=1.0)
+    healthy = no_orphans.start("healthy", seed=1, watchdog_s=1.0)
+    healthy.join(30)
+    _hung(stuck, 3)
+    dumps = stuck.watchdog()
+    short = min(range(stuck.world), key=lambda r: len(stuck.collectives()[r]))
+    assert "Timeout (0:00:01)!" in dumps[short] and "in _tally" in dumps[short], dumps[short][:300]
+    assert all("in all_reduce" in d for r, d in enumerate(dumps) if r != short)
+    assert healthy.watchdog() == ["", "", ""], "a healthy job's ranks never stall for a second"

@@ -17,7 +17,8 @@ every ``ckpt_every`` steps rank 0 writes a checkpoint that the other ranks read,
 The **handle** (``Job``) gives, while the job runs: each rank's progress (last finished step and
 seconds since it last made progress, ``status``/``timeline``), the sequence of collectives each
 rank *issued* (recorded by the rank loop before each call, so ranks can be checked to agree),
-every rank's stack by ``py-spy dump --pid`` or by ``faulthandler`` (a signal-triggered dump), a
+every rank's stack by ``py-spy dump --pid`` or by ``faulthandler`` (a signal-triggered dump, or a
+watchdog armed with ``dump_traceback_later`` that writes one when a rank stops making progress), a
 deadline wait (``join``) that raises ``Hung`` instead of waiting forever, and ``close`` that ends
 every rank. A process-group timeout (``timeout_s``) turns a hang into an error that names the
 collective, the step and the rank.
@@ -106,7 +107,7 @@ def _settings(seed: int, salt: str) -> dict:
             "seed": rng.randrange(10_000)}
 
 
-def _plan(kind: str, seed: int, salt: str, shards=None, timeout_s: float = 300.0) -> dict:
+def _plan(kind: str, seed: int, salt: str, shards=None, timeout_s: float = 300.0, watchdog_s: float = 0.0) -> dict:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     s = _settings(seed, salt)
@@ -114,7 +115,7 @@ def _plan(kind: str, seed: int, salt: str, shards=None, timeout_s: float = 300.0
     steps = len(shards)
     rng = _rng(seed, salt, "fault")
     ckpts = [k for k in range(steps - 1) if (k + 1) % s["ckpt_every"] == 0 and k >= 1]
-    return {**s, "steps": steps, "shards": shards, "timeout_s": float(timeout_s),
+    return {**s, "steps": steps, "shards": shards, "timeout_s": float(timeout_s), "watchdog_s": float(watchdog_s),
             "skip_empty": kind == "collective-skipped",
             "late_write_at": rng.choice(ckpts) if kind == "barrier-unreached" else -1,
             "relock_at": (rng.randint(1, steps - 2), rng.randrange(s["world"])) if kind == "loader-deadlock" else (-1, -1)}
@@ -213,7 +214,15 @@ def _checkpoint(rank: int, step: int, folder: str, model, coll: _Collectives, la
         coll.barrier(step)
 
 
-def _train(rank: int, plan: dict, folder: str, record: _Record) -> None:
+def _arm(plan: dict, watchdog) -> None:
+    """Re-arm the watchdog: if this rank finishes no step for ``watchdog_s`` seconds, faulthandler
+    writes every thread's stack to ``rank<r>.watchdog`` (once; re-armed by the next step)."""
+    import faulthandler
+    if plan["watchdog_s"] > 0:
+        faulthandler.dump_traceback_later(plan["watchdog_s"], repeat=False, file=watchdog)
+
+
+def _train(rank: int, plan: dict, folder: str, record: _Record, watchdog=None) -> None:
     import torch
     gen = torch.Generator().manual_seed(plan["seed"])
     x = torch.randn(plan["n_examples"], 4, generator=gen)
@@ -224,6 +233,7 @@ def _train(rank: int, plan: dict, folder: str, record: _Record) -> None:
     coll = _Collectives(rank, record)
     relock_step, relock_rank = plan["relock_at"]
     loader = _Loader([s[rank] for s in plan["shards"]], (x, y), relock_step if rank == relock_rank else -1)
+    _arm(plan, watchdog)
     for step in range(plan["steps"]):
         xb, yb, ids = loader.next_batch()
         if len(ids) == 0 and plan["skip_empty"]:
@@ -241,6 +251,7 @@ def _train(rank: int, plan: dict, folder: str, record: _Record) -> None:
             p.grad = g
         opt.step()
         record.write("P", step, f"{time.time():.4f}", ",".join(map(str, ids)) or "-")
+        _arm(plan, watchdog)
         if (step + 1) % plan["ckpt_every"] == 0 and step < plan["steps"] - 1:
             _checkpoint(rank, step, folder, model, coll, step == plan["late_write_at"])
     coll.barrier(plan["steps"])
@@ -269,7 +280,9 @@ def _rank_main(rank: int, plan: dict, folder: str, port: int) -> None:
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=plan["world"], timeout=timedelta(seconds=plan["timeout_s"]))
-        _train(rank, plan, folder, record)
+        watchdog = open(os.path.join(folder, f"rank{rank}.watchdog"), "w")
+        _train(rank, plan, folder, record, watchdog)
+        faulthandler.cancel_dump_traceback_later()
         code = 0
     except BaseException as err:  # noqa: BLE001 - reported in the record, then the process ends
         if record is not None:
@@ -467,6 +480,15 @@ def _answer(request: dict, jobs: dict, inherited: list) -> dict:
         return {"stacks": _stacks(job, request.get("how", "py-spy"))}
     if op == "pids":
         return {"pids": job.pids}
+    if op == "watchdog":
+        out = []
+        for rank in range(job.world):
+            try:
+                with open(os.path.join(job.folder, f"rank{rank}.watchdog")) as f:
+                    out.append(f.read())
+            except FileNotFoundError:
+                out.append("")
+        return {"watchdog": out}
     if op == "close":
         _end(job)
         del jobs[request["job"]]
@@ -612,6 +634,13 @@ class Job:
             raise ValueError("how is 'py-spy' or 'faulthandler'")
         return _request(self.address, {"op": "stacks", "job": self.token, "how": how}, timeout_s=60)["stacks"]
 
+    def watchdog(self) -> list[str]:
+        """Per rank, what its faulthandler watchdog wrote ("" when nothing): with ``watchdog_s`` set
+        at ``start``, a rank that finishes no step for that long dumps every thread's stack
+        (``faulthandler.dump_traceback_later``), with no one asking. The dump is taken inside the
+        rank, so it needs no permission to read another process."""
+        return _request(self.address, {"op": "watchdog", "job": self.token})["watchdog"]
+
     def pids(self) -> list[int]:
         """The ranks' process ids."""
         return _request(self.address, {"op": "pids", "job": self.token})["pids"]
@@ -645,11 +674,12 @@ class Job:
 
 
 def start(kind: str = HEALTHY, seed: int = 0, salt: str = "", shards: list | None = None,
-          timeout_s: float = 300.0, budget_s: float = 4.0) -> Job:
+          timeout_s: float = 300.0, budget_s: float = 4.0, watchdog_s: float = 0.0) -> Job:
     """Start a job of ``kind`` (``KINDS``) with the settings of ``seed``/``salt``. ``shards``
     (``[step][rank] -> ids``) replaces ``default_shards``; ``timeout_s`` is the process group's
-    timeout (the default is long enough that a hang stays a hang). Returns at once."""
-    plan = _plan(kind, seed, salt, shards, timeout_s)
+    timeout (the default is long enough that a hang stays a hang); ``watchdog_s`` > 0 arms each
+    rank's faulthandler watchdog (``Job.watchdog``). Returns at once."""
+    plan = _plan(kind, seed, salt, shards, timeout_s, watchdog_s)
     address = launcher().address
     token = _request(address, {"op": "start", "plan": plan})["job"]
     return Job(address, token, plan["world"], plan["steps"], plan["n_examples"], plan["batch_size"], budget_s)
@@ -702,15 +732,35 @@ def agree(sequences: list[list[tuple[str, int]]]) -> int | None:
     return None
 
 
+_FAULTHANDLER_FRAME = re.compile(r'\s+File "(.+)", line (\d+) in (.+)')
+
+
+def _short(path: str) -> str:
+    """A frame's file as py-spy shows it: from the package folder on (``torch/...``, ``course/...``)."""
+    for marker in ("site-packages/", "/course/"):
+        if marker in path:
+            return ("course/" if marker == "/course/" else "") + path.split(marker, 1)[1]
+    return os.path.basename(path)
+
+
 def brief(stack: str, keep: int = 3) -> str:
-    """A ``py-spy dump`` shortened to what says where a rank waits: each thread's header (without its id), its
-    innermost frame (where it waits) and its ``keep`` innermost frames in the course's own code
-    (what the training loop was doing); the process header and library frames in between are dropped."""
+    """A stack dump shortened to what says where a rank waits: each thread's header (without its id),
+    its innermost frame (where it waits) and its ``keep`` innermost frames in the course's own code
+    (what the training loop was doing); library frames in between are dropped. Reads ``py-spy dump``
+    and ``faulthandler`` dumps (both list the innermost frame first); frames are written the py-spy
+    way, ``function (file:line)``, with files from their package folder on."""
     out, first, left = [], False, 0
     for line in stack.splitlines():
-        if line.startswith("Thread "):  # 'Thread 521 (idle): "MainThread"': the id changes from run to run
+        frame = _FAULTHANDLER_FRAME.match(line)
+        if frame:
+            path, number, name = frame.groups()
+            line = f"    {name} ({_short(path)}:{number})"
+        if line.startswith("Thread "):  # py-spy: 'Thread 521 (idle): "MainThread"'; the id changes from run to run
             ident, _, rest = line[len("Thread "):].partition(" ")
-            out.append("thread " + rest)
+            out.append("thread " + (rest if not rest.startswith("(most recent") else "(faulthandler)"))
+            first, left = True, keep
+        elif line.startswith("Current thread "):
+            out.append("thread (faulthandler, the one that was running)")
             first, left = True, keep
         elif line.startswith("    ") and (first or (left and "course/" in line)):
             out.append(line)

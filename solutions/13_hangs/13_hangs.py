@@ -164,11 +164,24 @@ print([hangs.brief(s) for s in control.stacks()])
 # %% [markdown]
 # The second route to the same evidence is Python's own `faulthandler`: every rank registered
 # `faulthandler.register(SIGUSR1, all_threads=True)`, and `job.stacks("faulthandler")` sends the
-# signal and reads what the handler wrote (innermost call first, the same frames as py-spy's). It
-# works without ptrace permission, but only in a process that set it up before it got stuck.
+# signal and reads what the handler wrote (innermost call first, the same frames as py-spy's; `brief`
+# reads both formats). It works without ptrace permission, but only in a process that set it up
+# before it got stuck.
 
 # %%
-print(job.stacks("faulthandler")[2].splitlines()[:4])
+print(hangs.brief(job.stacks("faulthandler")[2]))
+
+# %% [markdown]
+# `faulthandler` can also watch: `faulthandler.dump_traceback_later(t)`, re-armed after every step,
+# writes every thread's stack if the rank finishes no step for `t` seconds, with no one asking (what
+# you want in a job nobody is watching). `hangs.start(..., watchdog_s=1)` arms it in every rank:
+
+# %%
+watched = hangs.start("collective-skipped", seed=7, watchdog_s=1.0)
+time.sleep(2.0)
+for rank, dump in enumerate(watched.watchdog()):
+    print(f"--- rank {rank}: {dump.splitlines()[0] if dump else 'nothing written'}\n{hangs.brief(dump, keep=1)}")
+watched.close()
 
 # %% [markdown]
 # ## Test 2: do the ranks agree on the collectives they issued?
