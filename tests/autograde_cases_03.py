@@ -251,6 +251,131 @@ GATE_LAYOUT_ONLY = '''def mask_gate(batch, examples, template, eos_id):
             raise ValueError(f"row {i}: the EOS is not supervised")
 '''
 
+# ---- Exercise 4: the dependency test
+_DEPENDENCY_TESTS = {"test_dependency_visible", "test_dependency_hidden"}
+
+# Alternative correct: a perturbation test instead of gradients. Change every token an output must not
+# see; its logits must not move (the same dropout masks in both runs, from the same seed).
+DEPENDENCY_PERTURB = """def leaks(model, tokens, along="batch"):
+    try:
+        V = model.tok.num_embeddings
+
+        def run(t):
+            torch.manual_seed(0)
+            with torch.no_grad():
+                return model(t)
+
+        base = run(tokens)
+        B, T = tokens.shape
+        for i in range(B if along == "batch" else T):
+            changed = tokens.clone()
+            if along == "batch":
+                rows = [j for j in range(B) if j != i]
+                changed[rows] = (changed[rows] + 1) % V
+                moved = (run(changed)[i] - base[i]).abs().max()
+            else:
+                changed[:, i + 1:] = (changed[:, i + 1:] + 1) % V
+                moved = (run(changed)[:, : i + 1] - base[:, : i + 1]).abs().max()
+            if moved > 1e-6 * base.abs().max():
+                return True
+        return False
+    except Exception:
+        return True
+"""
+
+# Realistic wrong: the gradient taken on an embedding computed beside the model, which the model's
+# forward never used: no gradient reaches it, so nothing ever leaks.
+DEPENDENCY_WRONG_TENSOR = """def leaks(model, tokens, along="batch"):
+    try:
+        x = model.tok(tokens).detach().requires_grad_(True)
+        logits = model(tokens)
+        n = tokens.shape[0] if along == "batch" else tokens.shape[1]
+        for i in range(n):
+            out = logits[i] if along == "batch" else logits[:, i]
+            (g,) = torch.autograd.grad(out.sum(), x, retain_graph=True, allow_unused=True)
+            if g is None:
+                continue
+            forbidden = torch.cat([g[:i], g[i + 1:]]) if along == "batch" else g[:, i + 1:]
+            if forbidden.numel() and forbidden.abs().max() > 0:
+                return True
+        return False
+    except Exception:
+        return True
+"""
+
+# Realistic wrong: checks that example i's own input gets a gradient, never that the others get none.
+DEPENDENCY_OWN_ONLY = """def leaks(model, tokens, along="batch"):
+    try:
+        kept = {}
+
+        def hook(module, inputs, output):
+            kept["x"] = output.detach().requires_grad_(True)
+            return kept["x"]
+
+        handle = model.tok.register_forward_hook(hook)
+        logits = model(tokens)
+        handle.remove()
+        for i in range(tokens.shape[0] if along == "batch" else tokens.shape[1]):
+            out = logits[i] if along == "batch" else logits[:, i]
+            (g,) = torch.autograd.grad(out.sum(), kept["x"], retain_graph=True)
+            own = g[i] if along == "batch" else g[:, i]
+            if own.abs().max() == 0:
+                return True
+        return False
+    except Exception:
+        return True
+"""
+
+# Realistic wrong: keeps the embedding's own output with retain_grad() instead of a leaf of its own,
+# so on a model with frozen parameters (an output that does not require grad) it crashes, and the
+# crash rule turns a healthy frozen model into a false alarm.
+DEPENDENCY_RETAIN_GRAD = """def leaks(model, tokens, along="batch"):
+    try:
+        kept = {}
+
+        def hook(module, inputs, output):
+            output.retain_grad()
+            kept["x"] = output
+
+        handle = model.tok.register_forward_hook(hook)
+        logits = model(tokens)
+        handle.remove()
+        n = tokens.shape[0] if along == "batch" else tokens.shape[1]
+        for i in range(n):
+            out = logits[i] if along == "batch" else logits[:, i]
+            (g,) = torch.autograd.grad(out.sum(), kept["x"], retain_graph=True)
+            g = g.abs()
+            allowed = g[i] if along == "batch" else g[:, : i + 1]
+            forbidden = torch.cat([g[:i], g[i + 1:]]) if along == "batch" else g[:, i + 1:]
+            if forbidden.numel() and forbidden.max() > 1e-6 * allowed.max():
+                return True
+        return False
+    except Exception:
+        return True
+"""
+
+# Degenerate: reads the model's structure (the visible bugs' module class and mask setting) instead
+# of running the test; the hidden variants are other modules and settings.
+DEPENDENCY_READS_STRUCTURE = """def leaks(model, tokens, along="batch"):
+    try:
+        model(tokens)
+    except Exception:
+        return True
+    if along == "batch":
+        return any(type(m).__name__ == "_NormOver" for m in model.modules())
+    return getattr(getattr(model, "cfg", None), "attention", "causal") != "causal"
+"""
+
+DEPENDENCY_DELEGATES = """from course.toolkit.dependence import dependence as _dependence
+
+
+def leaks(model, tokens, along="batch"):
+    d = _dependence(model, tokens, along)
+    n = d.shape[0]
+    forbidden = ~torch.eye(n, dtype=torch.bool) if along == "batch" else torch.ones(n, n, dtype=torch.bool).triu(1)
+    return bool(d[forbidden].max() > 1e-6 * d.max())
+"""
+
 
 CASES = [
     # ---- Exercise 2: the collator
@@ -292,4 +417,15 @@ CASES = [
     Case(_A, "fix_replaces_every_part", {"mystery_fix": FIX_EVERYTHING}, {"test_mystery_fix"}),
     Case(_A, "fix_fresh_pipeline", {"mystery_fix": FIX_FRESH}, {"test_mystery_fix"}),
     Case(_A, "fix_returns_pipe", {"mystery_fix": FIX_NOTHING}, {"test_mystery_fix"}),
+    # ---- Exercise 4: the dependency test, graded by mutation
+    Case(_A, "dependency_perturbation", {"dependency_test": DEPENDENCY_PERTURB}, set()),
+    Case(_A, "dependency_wrong_tensor", {"dependency_test": DEPENDENCY_WRONG_TENSOR}, _DEPENDENCY_TESTS),
+    Case(_A, "dependency_own_gradient_only", {"dependency_test": DEPENDENCY_OWN_ONLY}, _DEPENDENCY_TESTS),
+    # frozen parameters are only in the visible test
+    Case(_A, "dependency_retain_grad_frozen_crash", {"dependency_test": DEPENDENCY_RETAIN_GRAD}, {"test_dependency_visible"}),
+    # the visible bugs are recognised by their class and setting; the hidden variants are not
+    Case(_A, "dependency_reads_structure", {"dependency_test": DEPENDENCY_READS_STRUCTURE}, {"test_dependency_hidden"}),
+    Case(_A, "dependency_always_false",
+         {"dependency_test": "def leaks(model, tokens, along=\"batch\"):\n    return False\n"}, _DEPENDENCY_TESTS),
+    Case(_A, "dependency_delegates", {"dependency_test": DEPENDENCY_DELEGATES}, _DEPENDENCY_TESTS),
 ]

@@ -15,8 +15,9 @@ Families, and the module of this package that holds them:
 * ``batch``: the batch itself breaks its contract; a check on one batch catches it before any step
   (``basic``).
 * ``non-finite``: a loss, activation or gradient becomes inf or NaN (notebook 02, ``nonfinite``).
-* ``wrong-gradient``: parameters move, but by the wrong gradient: accumulated, mis-shaped, or
-  supervising the wrong tokens (notebook 03, ``fitting``).
+* ``wrong-gradient``: parameters move, but by the wrong gradient: accumulated, mis-shaped,
+  supervising the wrong tokens (notebook 03, ``fitting``), or mixing the examples of a batch
+  (notebook 03, ``mixing``, which also holds one ``context-unused`` bug: a batch-mixing reshape).
 * ``late-spike``: a run that is healthy until, at one step, a bad shard of data or an optimizer
   fault makes the loss jump (notebook 04, ``spike``).
 * ``val-gap``: training improves while validation worsens, or the two are not measured alike
@@ -40,5 +41,6 @@ from . import basic, fitting, nonfinite, spike, validation  # noqa: E402,F401
 from . import throughput, resume, generation, evaluation  # noqa: E402,F401
 from . import amp, precision  # noqa: E402,F401  (notebook 10: families "amp-memory", "fp16-overflow")
 from . import instability  # noqa: E402,F401  (notebook 12: family "lr-instability")
+from . import mixing  # noqa: E402,F401  (notebook 03's dependency test: "wrong-gradient", "context-unused")
 
 __all__ = ["FAMILIES", "Bug", "bug", "catalogue", "get", "inject"]

@@ -21,6 +21,8 @@
 # * **Debug a mystery pipeline** (graded): write the test that tells a pipeline that can learn from
 #   one that cannot, name the cause, and fix it.
 # * Write a supervised fine-tuning collator and the **mask gate** that checks it (graded).
+# * Catch a bug that lets the examples of a batch see each other while its loss looks healthy, with
+#   Karpathy's **backprop dependency test**, along the batch and along time (graded).
 # * Freeze a base model under a low-rank adapter, prove the base stays bit-identical, and see that
 #   "no gradient" is not "no update" under AdamW.
 # * Read per-layer telemetry against each layer's own history, and run a reusable pre-flight check.
@@ -879,6 +881,334 @@ for name in ("healthy", "prompt-answer-mask-inverted", "eos-masked"):
         print(f"{name:>28}: FAILS: {err}")
 
 # %% [markdown]
+# ## Examples that see each other: the backprop dependency test
+#
+# Every test so far asks whether a pipeline can learn. One more wrong gradient hides from all of them:
+# code that lets the examples of a batch see each other. Karpathy's *A Recipe for Training Neural
+# Networks* (2019) names the usual culprit (a `view` where a `transpose` or `permute` was meant) and
+# warns that such a network often still trains well, because it learns to ignore the other
+# examples. The catalogue's `final-norm-over-batch` is one: the model's final normalisation takes its
+# mean and variance over the batch axis (`dim=0`) where the features (`dim=-1`) were meant.
+#
+# Its symptom first. Three healthy seeds and the bug on seed 0, each trained 250 steps on a small
+# pipeline (batch 16, 16 tokens per example).
+#
+# **Predict.** Where does the bug's final training loss land: above the three healthy runs, among
+# them, or below them?
+
+# %% tags=["demo"]
+prediction = None  # your guess: "above", "among" or "below" the healthy runs' final losses
+
+# %% tags=["demo"]
+from course.reference.train import train
+
+MIX_BASE = Pipeline(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
+                    batch_size=16, n_train=4096, n_val=64, steps=250, warmup=10)
+mix_curves = {f"healthy, seed {s}": train(MIX_BASE, seed=s, eval_every=0).history["loss"] for s in (0, 1, 2)}
+mix_curves["final-norm-over-batch, seed 0"] = train(inject(MIX_BASE, "final-norm-over-batch"), seed=0, eval_every=0).history["loss"]
+mix_final = {name: sum(c[-20:]) / 20 for name, c in mix_curves.items()}  # mean of the last 20 steps
+healthy_finals = [v for name, v in mix_final.items() if name.startswith("healthy")]
+for name, v in mix_final.items():
+    print(f"{name:>30}: final training loss (mean of the last 20 steps) {v:.4f}")
+bug_final = mix_final["final-norm-over-batch, seed 0"]
+reveal("the bug's final loss, against the healthy runs'", prediction,
+       f"{bug_final:.4f}: {'among' if min(healthy_finals) <= bug_final <= max(healthy_finals) else 'above' if bug_final > max(healthy_finals) else 'below'} "
+       f"them (healthy {min(healthy_finals):.4f} to {max(healthy_finals):.4f})")
+
+# %% tags=["demo"]
+fig, ax = plt.subplots(figsize=(7, 3.8))
+for name, losses in mix_curves.items():
+    ax.plot(losses, label=name, color="crimson" if "norm" in name else None, linewidth=1.6 if "norm" in name else 0.9)
+mix_lang = MIX_BASE.language()
+ax.axhline(mix_lang.bigram_entropy, color="grey", linestyle="--", label="bigram entropy")
+ax.axhline(mix_lang.loss_floor(MIX_BASE.seq_len), color="black", linestyle=":", label="window floor")
+ax.set_xlabel("training step")
+ax.set_ylabel("training loss (nats)")
+ax.set_title("A batch-mixing bug trains like the healthy seeds")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The loss cannot see this bug. Karpathy's test can: make the loss depend on example *i* only (the
+# sum of its logits is enough), run the backward pass all the way to the input, and look at which
+# examples' inputs receive a gradient. The input here is integer token ids, which have no gradient,
+# so take it one step later, at the token embedding's output: a forward hook replaces that output
+# with a detached copy that requires grad, a leaf of our own (frozen parameters do not matter then).
+#
+# **Predict.** Four examples; the loss is the sum of example 0's logits. Under the bug, how many of
+# the four examples' embedded inputs get a non-zero gradient?
+
+# %% tags=["demo"]
+prediction = None  # your guess: how many of the 4 examples get a gradient from example 0's loss (0 to 4)
+
+# %% tags=["demo"]
+def grads_from_example(model, tokens, i=0):
+    """Largest |gradient| of the sum of example i's logits on each example's embedded input."""
+    kept = {}
+
+    def hook(module, inputs, output):
+        kept["x"] = output.detach().requires_grad_(True)
+        return kept["x"]
+
+    handle = model.tok.register_forward_hook(hook)
+    logits = model(tokens)
+    handle.remove()
+    (g,) = torch.autograd.grad(logits[i].sum(), kept["x"])
+    return g.abs().amax(dim=(1, 2))
+
+
+dep_tokens = torch.randint(0, MIX_BASE.n_symbols, (4, 8), generator=torch.Generator().manual_seed(0))
+per_example = {name: grads_from_example(p.build_model(0), dep_tokens)
+               for name, p in (("healthy", MIX_BASE), ("final-norm-over-batch", inject(MIX_BASE, "final-norm-over-batch")))}
+for name, g in per_example.items():
+    print(f"{name:>22}: largest |gradient| per example {[f'{v:.3g}' for v in g.tolist()]}")
+reveal("examples with a non-zero gradient from example 0's loss, under the bug", prediction,
+       f"{int((per_example['final-norm-over-batch'] != 0).sum())} (healthy model, the negative control: "
+       f"{int((per_example['healthy'] != 0).sum())})")
+
+# %% [markdown]
+# On the healthy model the other examples' gradients are exactly 0.0, not small: autograd routes
+# nothing to an input the loss does not depend on. So the test compares with zero (with a tolerance
+# for nothing but float rounding), and any clear non-zero is a dependence that should not exist.
+#
+# What the bug costs outside training: run one example alone, as generation does. Its final
+# normalisation then subtracts the example's own value (the mean over a batch of one), and every
+# position gets the same logits whatever the tokens:
+
+# %% tags=["demo"]
+with torch.no_grad():
+    for name, p in (("healthy", MIX_BASE), ("final-norm-over-batch", inject(MIX_BASE, "final-norm-over-batch"))):
+        alone = p.build_model(0)(dep_tokens[:1])[0]  # (T, V): example 0 run alone
+        print(f"{name:>22}: largest difference between the logits of two positions, example run alone: "
+              f"{(alone - alone[0]).abs().max().item():.3g}")
+
+# %% [markdown]
+# ### The same test along time
+#
+# A causal model has one more independence to keep: the logits at position *t* must not depend on
+# a token after *t*. It is the same test along the other axis: the loss is the sum of the logits at
+# position *t* (every example), and no later position may get a gradient. (Notebook 08 asks the same
+# question by perturbing later tokens.) `course.toolkit.dependence.dependence(model, tokens, along)`
+# runs it for every example, or every position, and returns the matrix of largest gradients.
+#
+# **Predict.** The catalogue's `causal-mask-off` lets attention see the future. Which of the two
+# tests fires on it, and which on `final-norm-over-batch`: "batch", "time" or "both"?
+
+# %% tags=["demo"]
+prediction = None  # your guess, e.g. {"causal-mask-off": "time", "final-norm-over-batch": "both"}
+
+# %% tags=["demo"]
+from course.toolkit.dependence import dependence
+
+dep_models = {"healthy": MIX_BASE, "final-norm-over-batch": inject(MIX_BASE, "final-norm-over-batch"),
+              "causal-mask-off": inject(MIX_BASE, "causal-mask-off")}
+forbidden = {"batch": lambda n: ~torch.eye(n, dtype=torch.bool), "time": lambda n: torch.ones(n, n, dtype=torch.bool).triu(1)}
+dep_matrices, fired = {}, {}
+for name, p in dep_models.items():
+    model = p.build_model(0)
+    for along in ("batch", "time"):
+        d = dependence(model, dep_tokens, along)
+        dep_matrices[name, along] = d
+        worst = d[forbidden[along](d.shape[0])].max().item()
+        fired[name, along] = worst > 1e-6 * d.max().item()
+        print(f"{name:>22}, along {along}: largest forbidden gradient {worst:.3g} -> {'FIRES' if fired[name, along] else 'quiet'}")
+reveal("which test fires", prediction,
+       {name: [a for a in ("batch", "time") if fired[name, a]] for name in dep_models if name != "healthy"})
+
+# %% tags=["demo"]
+fig, axes = plt.subplots(2, 3, figsize=(10, 6.2))
+for col, name in enumerate(dep_models):
+    for row, along in enumerate(("batch", "time")):
+        ax = axes[row, col]
+        d = dep_matrices[name, along]
+        im = ax.imshow((d / d.max()).clamp(min=1e-8).log10(), cmap="viridis", vmin=-8, vmax=0)
+        ax.set_title(f"{name}, along {along}", fontsize=9)
+        what = "example" if along == "batch" else "position"
+        ax.set_xlabel(f"input {what} (embedded)")
+        if col == 0:
+            ax.set_ylabel(f"loss of {what}")
+fig.colorbar(im, ax=axes, label="log10 |gradient| / largest (floored at 1e-8: exact zeros)")
+plt.show()
+
+# %% [markdown]
+# Healthy: a diagonal (each example depends on itself) and a lower triangle (each position on
+# itself and the past). `final-norm-over-batch` fills the off-diagonal but keeps the triangle: it
+# mixes examples position by position. `causal-mask-off` keeps the diagonal and fills the upper
+# triangle.
+#
+# ## Exercise 4: the dependency test
+#
+# Write `leaks(model, tokens, along="batch") -> bool`, the test above as a detector.
+#
+# * `model` is a torch module: `model(tokens)` returns logits of shape (B, T, V), and its token
+#   embedding is `model.tok` (an `nn.Embedding`); the "inputs" of the test are that embedding's
+#   outputs. Its parameters may be frozen (`requires_grad=False`), and it may be in training mode
+#   with dropout. Do not change its parameters.
+# * `tokens` is an int64 tensor of shape (B, T), any sizes the model accepts, with B ≥ 2 for
+#   `along="batch"` and T ≥ 2 for `along="time"`.
+# * `along="batch"`: return `True` if the logits of some example i have a non-zero gradient on the
+#   embedded input of another example j ≠ i. `along="time"`: return `True` if the logits at some
+#   position t (of any example) have a non-zero gradient on an embedded input at a later position
+#   s > t (of any example). Otherwise `False`.
+# * Non-zero means larger in absolute value than 1e-6 times the largest |gradient| of the same
+#   loss on the inputs it may depend on (on a healthy model the forbidden ones are exactly 0.0).
+# * Return a Python `bool` (or a one-element torch/numpy bool). A model that crashes under your test
+#   is broken: catch the exception and return `True`.
+#
+# It is graded like a test suite, by mutation: quiet on healthy models (other sizes, seeds,
+# architectures, dropout, frozen parameters) and firing on broken ones, including ways of mixing
+# you have not seen. An answer that always says `True`, or always `False`, earns nothing.
+# `course.toolkit.dependence.dependence` is switched off while your answer is graded;
+# `grads_from_example` above is yours to reuse (copy what you need into the cell).
+
+# %% nbgrader={"grade": false, "grade_id": "dependency_test", "locked": false, "schema_version": 3, "solution": true}
+def leaks(model, tokens, along="batch"):
+    """True if an output of ``model`` depends on an input it must not see (``along`` the batch or time)."""
+    ### BEGIN SOLUTION
+    try:
+        kept = {}
+
+        def hook(module, inputs, output):
+            kept["x"] = output.detach().requires_grad_(True)  # a leaf of our own: frozen parameters are fine
+            return kept["x"]
+
+        handle = model.tok.register_forward_hook(hook)
+        try:
+            logits = model(tokens)
+        finally:
+            handle.remove()
+        x = kept["x"]
+        n = tokens.shape[0] if along == "batch" else tokens.shape[1]
+        for i in range(n):
+            out = logits[i] if along == "batch" else logits[:, i]
+            (g,) = torch.autograd.grad(out.sum(), x, retain_graph=True)
+            g = g.abs()
+            if along == "batch":
+                allowed, forbidden = g[i], torch.cat([g[:i], g[i + 1:]])
+            else:
+                allowed, forbidden = g[:, : i + 1], g[:, i + 1:]
+            if forbidden.numel() and forbidden.max() > 1e-6 * allowed.max():
+                return True
+        return False
+    except Exception:  # a model that crashes under the test is broken
+        return True
+    ### END SOLUTION
+
+# %% [markdown]
+# The visible test: healthy models (one frozen, one with dropout in training mode), the bug above
+# along both axes, `causal-mask-off` along both axes, and a model that crashes, on inputs of three
+# shapes.
+
+# %% nbgrader={"grade": true, "grade_id": "test_dependency_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import dataclasses
+
+import torch
+
+from course import ModelConfig, Pipeline
+from course.bugs import inject
+from course.exercises.grading import assert_detector
+import course.toolkit.dependence as _dep_mod
+
+_DEP_OFF = (_dep_mod.dependence,)
+_P = Pipeline(seq_len=16, model=ModelConfig(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64))
+
+
+def _tokens(B, T, seed):
+    return torch.randint(0, 16, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _frozen(model):
+    for q in model.parameters():
+        q.requires_grad_(False)
+    return model
+
+
+class _Crashes(torch.nn.Module):  # a model whose forward raises: broken, whatever the axis
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(18, 8)
+
+    def forward(self, tokens):
+        raise RuntimeError("this model crashes")
+
+
+_mixing, _peeking = inject(_P, "final-norm-over-batch"), inject(_P, "causal-mask-off")
+_dropout = _P.replace(model=dataclasses.replace(_P.model, dropout=0.1))
+_healthy = {
+    "healthy, (4, 8), batch": (_P.build_model(1), _tokens(4, 8, 1), "batch"),
+    "healthy, (3, 12), time": (_P.build_model(2), _tokens(3, 12, 2), "time"),
+    "healthy with frozen parameters, (2, 5), batch": (_frozen(_P.build_model(3)), _tokens(2, 5, 3), "batch"),
+    "healthy with frozen parameters, (2, 5), time": (_frozen(_P.build_model(3)), _tokens(2, 5, 3), "time"),
+    "healthy with dropout 0.1 in training mode, (4, 8), batch": (_dropout.build_model(4).train(), _tokens(4, 8, 4), "batch"),
+    "final-norm-over-batch, (3, 12), time (it mixes examples, not positions)": (_mixing.build_model(5), _tokens(3, 12, 5), "time"),
+    "causal-mask-off, (4, 8), batch (it mixes positions, not examples)": (_peeking.build_model(6), _tokens(4, 8, 6), "batch"),
+}
+_broken = {
+    "final-norm-over-batch, (4, 8), batch": (_mixing.build_model(7), _tokens(4, 8, 7), "batch"),
+    "final-norm-over-batch with frozen parameters, (2, 5), batch": (_frozen(_mixing.build_model(8)), _tokens(2, 5, 8), "batch"),
+    "causal-mask-off, (3, 12), time": (_peeking.build_model(9), _tokens(3, 12, 9), "time"),
+    "a model that crashes, batch": (_Crashes(), _tokens(4, 8, 10), "batch"),
+    "a model that crashes, time": (_Crashes(), _tokens(4, 8, 10), "time"),
+}
+assert_detector(lambda c: leaks(c[0], c[1], along=c[2]), _healthy, _broken, what="dependency test", off=_DEP_OFF)
+
+# %% [markdown]
+# Hidden tests: healthy models of other sizes and another architecture, and ways of mixing examples
+# or positions that this notebook never showed you.
+
+# %% nbgrader={"grade": true, "grade_id": "test_dependency_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# hidden tests run here
+### BEGIN HIDDEN TESTS
+import torch as _torch
+
+from course import ModelConfig as _MC, Pipeline as _Pipeline
+from course.bugs import inject as _inject
+from course.exercises.grading import assert_detector as _assert_detector
+import course.toolkit.dependence as _dep
+
+
+class _RecurrentLM(_torch.nn.Module):
+    """A GRU language model with ``.tok``; ``batch_first=False`` on batch-first input runs the
+    recurrence along the batch (examples see the ones before them); ``bidirectional`` sees the future."""
+
+    def __init__(self, seed, batch_first=True, bidirectional=False, vocab=18, d=16):
+        super().__init__()
+        _torch.manual_seed(seed)
+        self.tok = _torch.nn.Embedding(vocab, d)
+        self.rnn = _torch.nn.GRU(d, d, batch_first=batch_first, bidirectional=bidirectional)
+        self.head = _torch.nn.Linear(d * (2 if bidirectional else 1), vocab)
+
+    def forward(self, tokens):
+        return self.head(self.rnn(self.tok(tokens))[0])
+
+
+def _toks(B, T, seed):
+    return _torch.randint(0, 16, (B, T), generator=_torch.Generator().manual_seed(seed))
+
+
+_Q = _Pipeline(seq_len=24, model=_MC(n_ctx=24, d_model=24, n_head=4, n_layer=2, d_mlp=48, dropout=0.1))
+_hidden_healthy = {
+    "healthy transformer, other size, dropout in training mode, batch": (_Q.build_model(31).train(), _toks(5, 9, 31), "batch"),
+    "healthy transformer, other size, eval mode, time": (_Q.build_model(32).eval(), _toks(2, 20, 32), "time"),
+    "healthy recurrent model, batch": (_RecurrentLM(33), _toks(6, 7, 33), "batch"),
+    "healthy recurrent model, time": (_RecurrentLM(34), _toks(3, 11, 34), "time"),
+    "a batch-mixing recurrent model, time": (_RecurrentLM(35, batch_first=False), _toks(4, 6, 35), "time"),
+}
+_hidden_broken = {
+    "norms over batch and time, batch": (_inject(_Q, "norms-over-batch-and-time").build_model(41).train(), _toks(3, 10, 41), "batch"),
+    "norms over batch and time, time": (_inject(_Q, "norms-over-batch-and-time").build_model(42).eval(), _toks(2, 7, 42), "time"),
+    "attention output viewed time-major, batch": (_inject(_Q, "attention-output-time-major").build_model(43).eval(), _toks(4, 8, 43), "batch"),
+    "attention output viewed time-major, time": (_inject(_Q, "attention-output-time-major").build_model(44).eval(), _toks(4, 8, 44), "time"),
+    "recurrent model run along the batch, batch": (_RecurrentLM(45, batch_first=False), _toks(4, 6, 45), "batch"),
+    "bidirectional recurrent model, time": (_RecurrentLM(46, bidirectional=True), _toks(3, 9, 46), "time"),
+    "final-norm-over-batch, other size, batch": (_inject(_Q, "final-norm-over-batch").build_model(47).eval(), _toks(2, 12, 47), "batch"),
+    "causal-mask-off, other size, time": (_inject(_Q, "causal-mask-off").build_model(48).eval(), _toks(2, 12, 48), "time"),
+}
+_assert_detector(lambda c: leaks(c[0], c[1], along=c[2]), _hidden_healthy, _hidden_broken, what="dependency test",
+                 off=(_dep.dependence,))
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Per-layer telemetry, against each layer's own history
 #
 # Guides quote a "healthy gradient norm" band (0.1 to 3, or 5). No source supports one: the global
@@ -1054,6 +1384,11 @@ print(preflight_pipeline(mystery_pipe, overfit_steps=40))
 #   right scale; not that it is taken over the right tokens.
 # * **The mask gate** proves exactly the answer and EOS tokens are supervised, with the right ids; not
 #   that the answers are good.
+# * **The backprop dependency test** proves, for the inputs it ran on, that no example's logits depend
+#   on another example's input and no position's on a later one: a healthy model's forbidden
+#   gradients are exactly zero. It sees only dependences that pass through the token embedding, and
+#   a zero at these inputs says nothing of a branch they never take. The loss curve cannot replace
+#   it: `final-norm-over-batch` trains like the healthy seeds.
 # * **Bit-identical base tensors** prove the adapter left the base alone. With `B = 0`, `A` gets an
 #   exactly zero gradient at the first step, but under AdamW's default weight decay (0.01) it still
 #   moves: no gradient is not no update.
