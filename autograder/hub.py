@@ -3,7 +3,9 @@
     sudo .venv/bin/python -m autograder.hub [--port 8000] [--assignment 00_start_here]
 
 As root, ``main`` creates an instructor and two learner accounts (``dc-instructor``,
-``dc-learner1``, ``dc-learner2``) with random passwords and homes of mode 700, a temporary
+``dc-learner1``, ``dc-learner2``) with random passwords and homes of mode 700, lets them reach
+this venv's Python (``grant_interpreter``: enter-only ACL entries where it lies under a private
+folder, such as pyenv's under /root; taken back on exit), a temporary
 exchange (mode 1777, as nbgrader's exchange wants: everyone may write, nobody may delete another's
 entries) and hub state, the instructor's course folder ``~/debug-course`` (the course's
 ``nbgrader_config.py`` and the assignment's source notebook, released into the exchange by the
@@ -263,9 +265,11 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="debug-course-hub-"))
     tmp.chmod(0o755)  # the accounts reach the exchange inside it
     exchange = make_exchange(tmp / "exchange")
-    created, problems = [], []
+    created, problems, granted = [], [], []
     hub = Hub(state=tmp / "state", exchange=exchange, users=[INSTRUCTOR, *LEARNERS], admin=INSTRUCTOR,
               port=args.port)
+    # Ctrl-C and SIGTERM end the try below (a shell's background job starts with SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         passwords = {}
@@ -273,6 +277,7 @@ def main(argv: list[str]) -> int:
             passwords[name] = secrets.token_urlsafe(9)
             create_account(name, passwords[name])
             created.append(name)
+        granted = grant_interpreter(created)
         course = instructor_course(INSTRUCTOR, assignments, exchange)
         hub.start()
         print(f"\nThe course's hub: {hub.url}   (log: {hub.log})")
@@ -288,10 +293,11 @@ def main(argv: list[str]) -> int:
         print(f"jupyterhub exited with {hub.proc.returncode}:\n{hub.log_tail()}")
     except KeyboardInterrupt:
         print("\nstopping the hub", flush=True)
-    except RuntimeError as err:
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
         problems.append(str(err))
     finally:
         hub.stop()
+        revoke_interpreter(created, granted)
         for name in created:
             why = remove_account(name)
             if why:

@@ -36,7 +36,7 @@ class LatePenalty(LateSubmissionPlugin):
         if self.penalty_method != "per_day":
             return super().late_submission_penalty(student_id, score, total_seconds_late)
         days = math.ceil(total_seconds_late / DAY_S)
-        penalty = min(score, score * self.per_day * days)
+        penalty = min(score, round(score * self.per_day * days, 6))  # 0.6, not 0.6000000000000001
         self.log.info("Late by %.0f s (%d day(s)): penalty %g of %g", total_seconds_late, days,
                       penalty, score)
         return penalty

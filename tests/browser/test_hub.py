@@ -346,10 +346,15 @@ def test_a_class_on_the_hub(requirements, tmp_path):
         raise
     finally:
         the_hub.stop()
+        # every process the hub started for an account (its server, kernels) ended with the hub
+        running = {n: subprocess.run(["pgrep", "-a", "-u", n], capture_output=True, text=True).stdout.strip()
+                   for n in created}
         hub.revoke_interpreter(created, granted)
         left = [why for why in (hub.remove_account(n) for n in created) if why]
         shutil.rmtree(tmp, ignore_errors=True)
         assert not left, left
+        assert not any(running.values()), f"still running after the hub stopped: {running}"
+        assert the_hub.proc is None or the_hub.proc.poll() is not None
         for name in created:
             with pytest.raises(KeyError):
                 pwd.getpwnam(name)
