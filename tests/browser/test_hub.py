@@ -182,13 +182,14 @@ def _run(user: str, cmd: list[str], env: dict, cwd=None, ok: bool = True) -> str
     return done.stdout
 
 
-def test_a_class_on_the_hub(requirements, tmp_path):
+def test_a_class_on_the_hub(requirements):
     from playwright.sync_api import sync_playwright
 
     t0 = time.monotonic()
     tag = "dch" + secrets.token_hex(2)
     inst, ada, bo, cy, dee = (f"{tag}-{r}" for r in ("inst", "ada", "bo", "cy", "dee"))
     learners = [ada, bo, cy, dee]
+    # not pytest's tmp_path: its parent is mode 700, and the accounts must reach the exchange
     tmp = Path(tempfile.mkdtemp(prefix="hub-test-"))
     tmp.chmod(0o755)
     exchange = hub.make_exchange(tmp / "exchange")
