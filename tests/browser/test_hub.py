@@ -12,10 +12,11 @@ process spawner, the proxy from npm) for the whole class, in this order:
    submits the untouched release, then the solution's answers. So each learner's latest
    submission is the other's first kind: a collect of the first submissions would swap their
    scores. ``ada``'s work is after the due date, ``bo``'s before.
-3. Bad input, by ``cy`` in the panel: a notebook of another name (the release's missing) and a
-   folder over the stated size limit are refused at submit, with nbgrader's message in the
-   panel's dialog; then a corrupt notebook goes in. ``dee`` submits (nbgrader's command line)
-   another assignment's notebook under this one's name.
+3. Bad input: before their real submissions, ``bo`` tries in the panel a notebook of another
+   name (the release's missing) and a folder over the stated size limit: both refused at submit,
+   with nbgrader's message in the panel's dialog, nothing in the exchange. By nbgrader's command
+   line (no server of their own to start), ``cy`` submits a corrupt notebook and ``dee`` another
+   assignment's notebook under this one's name.
 4. The instructor (their own account, command line) collects, grades with the class runner
    (sandboxed), generates and releases feedback; ``make summary`` and ``make export``'s commands.
 5. Each graded learner fetches feedback in the panel and opens it: their score (and ``ada`` the
@@ -211,18 +212,31 @@ def test_a_class_on_the_hub(requirements):
             browser = p.chromium.launch(executable_path=requirements, args=CHROMIUM_ARGS, headless=True)
             sessions = {}
             try:
-                for name in (bo, ada, cy):
+                for name in (bo, ada):
                     s = sessions[name] = Learner(browser, the_hub, name, passwords[name])
                     s.login()
                     s.click("released_assignments_list", "Fetch",
                             lambda s=s: s.page.locator("#fetched_assignments_list", has_text=A).count() > 0)
-                timings["three logins and fetches"] = time.monotonic() - t0 - sum(timings.values())
+                timings["two logins and fetches"] = time.monotonic() - t0 - sum(timings.values())
                 answers = _solution_answers()
-                # bo: the solution's answers first, then the untouched release (collected: 0)
                 s = sessions[bo]
                 release = s.read_notebook()
                 assert _sources(release) == _sources(json.loads(grading.release_path(A).read_text())), \
                     "bo fetched something else than the release"
+                # bo first tries two submissions nbgrader refuses: another notebook's name (the
+                # release's missing), a folder over the size limit; nothing reaches the exchange
+                s.api("DELETE", f"contents/{A}/{A}.ipynb")
+                s.save_notebook(json.loads(grading.release_path("01_baselines").read_text()),
+                                name="01_baselines.ipynb")
+                refused_name = s.submit_refused()
+                s.api("DELETE", f"contents/{A}/01_baselines.ipynb")
+                s.save_notebook(release)
+                big = Path(pwd.getpwnam(bo).pw_dir) / A / "data.bin"
+                _run(bo, ["truncate", "-s", "60M", str(big)], hub.user_env(bo))
+                refused_size = s.submit_refused()
+                _run(bo, ["rm", str(big)], hub.user_env(bo))
+                refused_left = sorted(p.name for p in (exchange / COURSE / "inbound").iterdir())
+                # bo: the solution's answers first, then the untouched release (collected: 0)
                 s.save_notebook(grading.edit_cells(release, answers))
                 s.submit()
                 s.save_notebook(release)
@@ -237,31 +251,19 @@ def test_a_class_on_the_hub(requirements):
                 s.submit()
                 s.save_notebook(grading.edit_cells(release, answers))
                 s.submit()
-                # cy: refused at submit (another notebook's name; over the size limit), then corrupt
-                s = sessions[cy]
-                release = s.read_notebook()
-                s.api("DELETE", f"contents/{A}/{A}.ipynb")
-                s.save_notebook(json.loads(grading.release_path("01_baselines").read_text()),
-                                name="01_baselines.ipynb")
-                refused_name = s.submit_refused()
-                s.api("DELETE", f"contents/{A}/01_baselines.ipynb")
-                s.save_notebook(release)
-                big = Path(pwd.getpwnam(cy).pw_dir) / A / "data.bin"
-                _run(cy, ["truncate", "-s", "60M", str(big)], hub.user_env(cy))
-                refused_size = s.submit_refused()
-                _run(cy, ["rm", str(big)], hub.user_env(cy))
-                s.save_text(json.dumps(release)[:5000])
-                s.submit()
                 timings["work and submissions"] = time.monotonic() - t0 - sum(timings.values())
 
-                # dee, by nbgrader's command line: another assignment's notebook under this name
-                denv = hub.user_env(dee, COURSE_EXCHANGE=exchange)
-                _run(dee, [PY, "-m", "nbgrader", "fetch_assignment", A, f"--course={COURSE}"], denv)
-                shutil.copy(grading.release_path("01_baselines"), tmp / "other.ipynb")
-                os.chmod(tmp / "other.ipynb", 0o644)
-                home_dee = Path(pwd.getpwnam(dee).pw_dir)
-                _run(dee, ["cp", str(tmp / "other.ipynb"), str(home_dee / A / f"{A}.ipynb")], denv)
-                _run(dee, [PY, "-m", "nbgrader", "submit", A, f"--course={COURSE}"], denv, home_dee)
+                # by nbgrader's command line (no server to start): cy a corrupt notebook, dee
+                # another assignment's notebook under this one's name
+                release_text = grading.release_path(A).read_text()
+                for name, text in ((cy, release_text[:5000]), (dee, grading.release_path("01_baselines").read_text())):
+                    env = hub.user_env(name, COURSE_EXCHANGE=exchange)
+                    home = Path(pwd.getpwnam(name).pw_dir)
+                    _run(name, [PY, "-m", "nbgrader", "fetch_assignment", A, f"--course={COURSE}"], env)
+                    (tmp / f"{name}.ipynb").write_text(text)
+                    os.chmod(tmp / f"{name}.ipynb", 0o644)
+                    _run(name, ["cp", str(tmp / f"{name}.ipynb"), str(home / A / f"{A}.ipynb")], env)
+                    _run(name, [PY, "-m", "nbgrader", "submit", A, f"--course={COURSE}"], env, home)
 
                 # the instructor: collect, grade (sandboxed class runner), feedback out
                 py_m = [PY, "-m"]
@@ -294,6 +296,7 @@ def test_a_class_on_the_hub(requirements):
         # ---- what each learner was told, and got
         assert "missing notebooks" in refused_name and f"{A}.ipynb" in refused_name, refused_name
         assert "Directory size is too big" in refused_size, refused_size
+        assert refused_left == [], f"a refused submission reached the exchange: {refused_left}"
         hidden = grading.secret_lines(json.loads(grading.source_path(A).read_text()), grading.HIDDEN)
         assert hidden, "the source has no hidden tests: the feedback check would prove nothing"
         for name, expect in ((ada, "Score: 9.0 / 10.0"), (bo, "Score: 0.0 / 10.0")):
