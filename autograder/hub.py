@@ -93,20 +93,19 @@ def remove_account(name: str) -> str | None:
 
 
 def private_folders(path: Path) -> list[Path]:
-    """The folders above ``path`` that other accounts cannot enter (no x bit for "others")."""
-    out = []
-    for folder in reversed(Path(path).resolve().parents):
-        if not os.stat(folder).st_mode & 0o001:
-            out.append(folder)
-    return out
+    """``path`` (a folder) and the folders above it that other accounts cannot enter (no x bit
+    for "others")."""
+    path = Path(path).resolve()
+    return [f for f in [*reversed(path.parents), path] if not os.stat(f).st_mode & 0o001]
 
 
 def grant_interpreter(names: list[str]) -> list[tuple[Path, bool]]:
-    """Let the accounts ``names`` reach this Python (the venv's interpreter and its standard
-    library): each folder on the way that others cannot enter (pyenv's Python under /root, mode
+    """Let the accounts ``names`` reach this checkout and its Python (the venv's interpreter and its
+    standard library): each folder on the way that others cannot enter (pyenv's Python under /root, mode
     700, say) gets an ACL entry ``u:NAME:x`` per account, enter-only, no listing. Returns the
     folders (with whether each had an ACL before), for ``revoke_interpreter``. Needs setfacl (Debian's acl: make system-deps)."""
-    folders = sorted({f for p in (Path(sys.executable), Path(sys.base_prefix))
+    # the checkout (venv, course package, hub/ and autograder/) and the Python the venv was made from
+    folders = sorted({f for p in (REPO, Path(sys.prefix), Path(sys.base_prefix))
                       for f in private_folders(p)})
     if folders and not shutil.which("setfacl"):
         raise RuntimeError(f"other accounts cannot reach this Python ({', '.join(map(str, folders))} "
