@@ -15,6 +15,10 @@
 #   make export     nbgrader export -> grades.csv
 #   make bench      print notebook execution and autograde times on this machine
 #   make bench-dask the class through Dask workers against the local pool (submissions/minute)
+#   make hub        the course's JupyterHub on localhost (as root): an instructor and two learner
+#                   accounts, nbgrader's exchange, 00_start_here released; Ctrl-C removes them
+#   make proxy      configurable-http-proxy (npm, pinned in hub/package.json) for the hub
+#   make duedate A=<a> DUE="2026-12-11 17:00 UTC"  set an assignment's due date in the gradebook
 #   make clean      remove grading work folders (autograded/, feedback/, grades.csv, .build/)
 #   make gpu-kernel register the kernel "Python 3 (debug course, GPU)" (GPU_PYTHON=/path/to/python
 #                   with a CUDA torch, or a new .venv-gpu with the CUDA build of torch 2.13.0)
@@ -38,6 +42,7 @@ SOLUTION_NOTEBOOKS = $(foreach a,$(ASSIGNMENTS),solutions/$(a)/$(a).ipynb)
 # jupyter refuses to start a server as root without --allow-root
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
+.PHONY: hub proxy duedate
 .PHONY: venv lab test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench bench-dask clean test-browser system-deps sandbox gpu-kernel test-gpu
 
 venv: $(STAMP)
@@ -98,8 +103,32 @@ test-notebooks: venv
 # notebook run in headless Chromium, widgets moved through the page, nbgrader's Validate and
 # Assignments views; screenshots in .screenshots/. Skips (saying why) without Chromium, unless CI
 # is set. BROWSER_VALIDATE=all validates every assignment (default: the first).
-test-browser: venv system-deps
+test-browser: venv system-deps proxy
 	$(BIN)/python -m pytest $(XDIST) --dist load tests/browser --durations=10
+
+# JupyterHub's proxy from npm, at the version hub/package-lock.json pins (npm ci: exactly the lock).
+# Re-installs only when the lock changes. Needs Node.js >= 20 and npm (make system-deps).
+PROXY_BIN := hub/node_modules/.bin/configurable-http-proxy
+proxy: $(PROXY_BIN)
+# Without npm it says so and goes on: the hub test then skips (fails under CI).
+$(PROXY_BIN): hub/package.json hub/package-lock.json
+	@if command -v npm >/dev/null; then cd hub && npm ci --no-audit --no-fund && touch node_modules/.bin/configurable-http-proxy; \
+	else echo "npm is missing (make system-deps): no proxy, the hub test skips"; fi
+
+# The class on a real hub, on 127.0.0.1:HUB_PORT (autograder/hub.py with hub/jupyterhub_config.py):
+# as root, creates dc-instructor, dc-learner1 and dc-learner2 with random passwords, a temporary
+# exchange, releases HUB_ASSIGNMENT from the instructor's ~/debug-course, prints the URL and the
+# accounts; Ctrl-C stops the hub and removes the accounts, their homes and the temporary folders.
+HUB_PORT ?= 8000
+HUB_ASSIGNMENT ?= 00_start_here
+hub: venv proxy sandbox
+	$(BIN)/python -m autograder.hub --port $(HUB_PORT) --assignment $(HUB_ASSIGNMENT)
+
+# An assignment's due date, where nbgrader keeps it (the gradebook's assignment row); autograde
+# then gives a later submission the late policy's penalty (nbgrader_config.py, autograder/late_policy.py).
+duedate: venv
+	@test -n "$(A)" -a -n "$(DUE)" || { echo 'usage: make duedate A=<assignment> DUE="2026-12-11 17:00 UTC"'; exit 2; }
+	$(NBGRADER) db assignment add "$(A)" --duedate="$(DUE)"
 
 release: venv
 	@set -e; for a in $(ASSIGNMENTS); do $(NBGRADER) generate_assignment "$$a" --force; done
@@ -131,12 +160,15 @@ summary: venv
 
 # Debian packages the tests need beyond Python: chromium (the browser test; Playwright drives it,
 # `playwright install` is never used), bubblewrap (the grading sandbox), postgresql (the
-# PostgreSQL gradebook test starts a server on loopback). Installed in one apt-get run when
+# PostgreSQL gradebook test starts a server on loopback), acl (setfacl: the hub's accounts reach a
+# Python under a private home) and npm (the hub's proxy; it needs Node.js >= 20). Installed in one apt-get run when
 # missing and we are root, as on CI's fresh machine; otherwise each test that needs one skips and
 # says why (or fails, when CI is set).
 SYSTEM_PACKAGES = $(if $(wildcard /usr/bin/chromium),,chromium) \
                   $(if $(shell command -v bwrap),,bubblewrap) \
-                  $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql)
+                  $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,postgresql) \
+                  $(if $(shell command -v setfacl),,acl) \
+                  $(if $(shell command -v npm),,npm)
 system-deps:
 	@missing="$(strip $(SYSTEM_PACKAGES))"; if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -78,6 +78,14 @@ c.SandboxedExecute.max_file_mb = 64       # RLIMIT_FSIZE
 c.SandboxedExecute.tmp_mb = 256           # each writable tmpfs (working directory, /tmp)
 c.SandboxedExecute.max_output_bytes = 2_000_000  # per cell; more is cut and the cell interrupted
 
+# Late work (autograder/late_policy.py): the due date of each assignment is in the gradebook
+# (nbgrader db assignment add A --duedate=..., make duedate); AssignLatePenalties, in the list above,
+# asks this subclass of nbgrader's LateSubmissionPlugin for the penalty of a late submission:
+# 10% of the score for each day or part of a day late, never more than the score.
+c.AssignLatePenalties.plugin_class = "autograder.late_policy.LatePenalty"
+c.LatePenalty.penalty_method = "per_day"
+c.LatePenalty.per_day = 0.1
+
 # A submission that deleted a test cell (or stripped its metadata) gets that cell back from the
 # gradebook and is graded on it, instead of "needs manual grade" (and a forced regrade no longer
 # keeps the old score).

@@ -11,7 +11,8 @@ Contract, per assignment ``a`` (which ``nbgrader generate_assignment`` must have
 gradebook), for each student ``s`` with a folder ``submitted/s/a/`` (or those named):
 
 1. Pre-check, without running anything: ``a.ipynb`` must exist there as a regular file (not a
-   link, not a folder), under ``MAX_NOTEBOOK_BYTES``, be JSON and a Jupyter notebook. A submission
+   link, not a folder), under ``MAX_NOTEBOOK_BYTES``, be JSON and a Jupyter notebook, and not
+   another assignment's notebook under this one's name (``another_notebook``). A submission
    that fails is *rejected*: the gradebook gets a submission whose every grade is 0 and needs no
    manual grade -- exactly what nbgrader itself records for a missing notebook
    (``nbgrader/converters/autograde.py``, ``init_assignment``) -- and any earlier autograded and
@@ -178,7 +179,48 @@ def precheck(root: Path, assignment: str, student: str) -> tuple[str | None, lis
         return f"not a Jupyter notebook: {expected} is JSON without a list of cells", []
     if not isinstance(nb.get("nbformat"), int) or nb["nbformat"] < 4:
         return f"not a Jupyter notebook of format 4: nbformat is {nb.get('nbformat')!r}", []
+    other = another_notebook(root, assignment, nb)
+    if other:
+        return other, []
     return None, structure_notes(root, assignment, nb)
+
+
+def _cell_ids(nb: dict) -> set:
+    return {c.get("id") for c in nb.get("cells", []) if isinstance(c, dict) and isinstance(c.get("id"), str)}
+
+
+def another_notebook(root: Path, assignment: str, nb: dict) -> str | None:
+    """The reason to reject a notebook of another assignment saved under this one's name, or None.
+
+    Rule: the submission carries nbgrader cells (so it came from some release) but holds fewer
+    than a fifth of the source notebook's cell ids (nbformat 4.5 ids, which a release keeps and a
+    learner's edits keep too); where another assignment's source in ``root`` shares more than half
+    of the submission's ids, that one is named. Limits: a submission without cell ids (nbformat
+    4.4 or older) or a source without them is never rejected by this rule; a learner who deleted
+    four fifths of the notebook's cells would be."""
+    try:
+        source = json.loads(grading.source_path(assignment, root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    own, mine = _cell_ids(source), _cell_ids(nb)
+    graded = [grading.nbgrader_meta(c).get("grade_id") for c in nb["cells"] if isinstance(c, dict)
+              and isinstance(c.get("metadata"), dict)]
+    if not own or not mine or not any(graded) or len(own & mine) * 5 >= len(own):
+        return None
+    best, shared = None, 0
+    for other in grading.assignments(root):
+        if other == assignment:
+            continue
+        try:
+            ids = _cell_ids(json.loads(grading.source_path(other, root).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+        if len(ids & mine) > shared:
+            best, shared = other, len(ids & mine)
+    which = (f"it is {best}'s notebook ({shared} of its {len(mine)} cells are {best}'s)"
+             if best and shared * 2 > len(mine) else "it looks like another assignment's notebook")
+    return (f"not {assignment}'s notebook: it holds {len(own & mine)} of the {len(own)} cells of "
+            f"{assignment}; {which}. Fetch {assignment}, put your answers in it and submit again")
 
 
 def structure_notes(root: Path, assignment: str, nb: dict) -> list[str]:

@@ -16,6 +16,10 @@ the gradebook of ``autograder.database.db_url`` (``COURSE_DB_URL``):
 - "not graded: needs a GPU kernel": GPU tests (tagged ``gpu``) that a grader without CUDA left
   unrun; shown as ``n/g`` in the table, counted in no total, listed nowhere else;
 - "needs manual grade": the cells a person still has to grade;
+- the due date (from the gradebook, where ``nbgrader db assignment add --duedate`` keeps it) and
+  "late": each submission after it, by how long, and the penalty nbgrader's late-submission
+  plugin gave it (``autograder.late_policy``); the table's ``penalty`` column holds that penalty
+  and ``total`` is the score after it (as the feedback and the export give it);
 - "graded on": the kind of machine (``autograder.machine.fingerprint``) that graded each graded
   submission, with the count per kind; the students (and their Dask worker) are listed when more
   than one kind graded or a Dask worker did, since their saved numbers may differ by kind;
@@ -54,6 +58,29 @@ def gradebook_rows(url: str, assignment: str) -> tuple[list[str], dict[str, dict
     return ids, rows
 
 
+def lateness(url: str, assignment: str) -> tuple[str | None, dict[str, tuple[float, float]]]:
+    """(the assignment's due date as nbgrader keeps it, or None; student -> (seconds late, late
+    penalty)) for every submission after the due date, from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    course = grade_class.course_id(url, assignment)
+    with Gradebook(url, course) as gb:
+        a = gb.find_assignment(assignment)
+        late = {sub.student.id: (float(sub.total_seconds_late), float(sub.late_submission_penalty or 0))
+                for sub in a.submissions if sub.total_seconds_late > 0}
+        return (f"{a.duedate:%Y-%m-%d %H:%M:%S} UTC" if a.duedate else None), late
+
+
+def _duration(seconds: float) -> str:
+    """3d 4h, 2h 5m, 7m 3s, 12s."""
+    d, rest = divmod(int(round(seconds)), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    parts = [f"{d}d", f"{h}h", f"{m}m", f"{s}s"]
+    first = next((i for i, v in enumerate((d, h, m, s)) if v), 3)
+    return " ".join(parts[first:first + 2])
+
+
 def load_report(root: Path, assignment: str) -> dict:
     path = Path(root) / grade_class.REPORTS / f"{assignment}.json"
     try:
@@ -75,8 +102,11 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         for gid, (_, mx, *_) in grades.items():
             maximum[gid] = mx
     draw = capstone_draws(assignment)
-    headers = ["student"] + ids + ["total", "of", "state"] + (["draw"] if draw else [])
-    table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + [f"/{sum(maximum.values()):g}", "", ""]
+    duedate, late = lateness(url, assignment)
+    out.append(f"due {duedate}; {late_policy_text(root)}" if duedate else
+               "no due date (nbgrader db assignment add ... --duedate=..., make duedate)")
+    headers = ["student"] + ids + ["penalty", "total", "of", "state"] + (["draw"] if draw else [])
+    table = [headers, [""] + [f"/{maximum.get(g, 0):g}" for g in ids] + ["", f"/{sum(maximum.values()):g}", "", ""]
              + ([""] if draw else [])]
     by_family: dict[str, list[float]] = {}
     not_graded, lost, manual, gpu = [], [], [], []
@@ -86,7 +116,7 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         grades = rows.get(student)
         family, drawn = draw(student) if draw else (None, None)
         if grades is None:
-            table.append([student] + ["-"] * len(ids) + ["-", "-", "no row"] + ([drawn] if draw else []))
+            table.append([student] + ["-"] * len(ids) + ["-", "-", "-", "no row"] + ([drawn] if draw else []))
             not_graded.append(f"{student}: submitted but not in the gradebook (run make autograde)")
             continue
         marked = gpu_tests(root, assignment) | {gid for gid, c in entry.get("cells", {}).items()
@@ -103,9 +133,11 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         if unrun:
             gpu.append(f"{student}: {', '.join(unrun)}")
         state = entry.get("state", "no report")
-        total = sum(g[0] for g in grades.values())
+        penalty = late.get(student, (0.0, 0.0))[1]
+        total = sum(g[0] for g in grades.values()) - penalty
         out_of = sum(g[1] for gid, g in grades.items() if gid not in unrun)  # a GPU test left unrun: apart
-        table.append([student] + cells + [f"{total:g}", f"{out_of:g}", state] + ([drawn] if draw else []))
+        table.append([student] + cells + [f"-{penalty:g}" if penalty else "", f"{total:g}", f"{out_of:g}", state]
+                     + ([drawn] if draw else []))
         if draw:
             by_family.setdefault(family, []).append(total)
         if state in (grade_class.FAILED, grade_class.REJECTED, grade_class.INTERRUPTED):
@@ -137,7 +169,9 @@ def summarize(root: Path, assignment: str, url: str) -> str:
             manual.append(f"{student}: {', '.join(todo)}")
     widths = [max(len(str(row[i])) for row in table) for i in range(len(headers))]
     out += ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in table]
-    for title, items in (("not graded", not_graded), ("lost points", lost),
+    late_lines = [f"{s}: submitted {_duration(secs)} after the due date, penalty {pen:g}"
+                  for s, (secs, pen) in sorted(late.items())]
+    for title, items in (("not graded", not_graded), ("lost points", lost), ("late", late_lines),
                          (grade_class.NOT_GRADED_GPU, gpu), ("needs manual grade", manual)):
         out.append(f"-- {title} ({len(items)})")
         out += [f"  {item}" for item in items] or ["  none"]
@@ -152,6 +186,28 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         out += [f"  {family}: {sum(v) / len(v):.2f} over {len(v)} student(s)"
                 for family, v in sorted(by_family.items())] or ["  none"]
     return "\n".join(out)
+
+
+def late_policy_text(root: Path) -> str:
+    """The late policy the course root's nbgrader_config.py sets, in one sentence."""
+    from traitlets.config import Config
+
+    from autograder import late_policy
+
+    config = Config()
+    path = Path(root) / grading.CONFIG_FILE
+    if not path.exists():
+        path = grading.REPO / grading.CONFIG_FILE
+    try:
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"),
+             {"get_config": lambda: config, "__file__": str(path)})
+    except Exception as err:  # noqa: BLE001 (a summary must still print)
+        return f"late policy unknown ({err})"
+    plugin = str(config.AssignLatePenalties.get("plugin_class", "nbgrader's LateSubmissionPlugin"))
+    method = config.LatePenalty.get("penalty_method", config.LateSubmissionPlugin.get("penalty_method", "none"))
+    if plugin.endswith("late_policy.LatePenalty") and method == "per_day":
+        return late_policy.LatePenalty.describe(float(config.LatePenalty.get("per_day", 0.1)))
+    return f"late policy: {plugin}, penalty_method {method}"
 
 
 def capstone_draws(assignment: str):

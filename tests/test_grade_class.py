@@ -437,3 +437,71 @@ def test_grader_errors_are_not_blamed_on_the_submission():
     for log, grader_error, words in cases:
         reason, is_grader = grade_class.failure_reason(log, 1, None)
         assert is_grader == grader_error and words in reason, (log, reason, is_grader)
+
+
+# ----------------------------------------------------------------- due dates and the late policy
+
+def test_late_work_loses_the_policys_penalty_in_summary_export_and_feedback(toy_root, tmp_path):
+    """The due date where nbgrader keeps it (``nbgrader db assignment add --duedate``), one
+    submission before it and one 25 hours after: the late one loses 2 days x 10% of its score
+    (autograder.late_policy, configured in nbgrader_config.py), the early one nothing; the summary,
+    nbgrader's export and the learner's feedback all show it."""
+    root = fresh_course(toy_root, tmp_path / "course")
+    done = plain_nbgrader(root, "db", "assignment", "add", A, "--duedate=2026-01-10 12:00:00 UTC",
+                          url=database.sqlite_url(root))
+    assert done.returncode == 0, done.stdout
+    submit(root, "early", source_nb(root), timestamp="2026-01-10 11:59:00.000000 UTC")
+    submit(root, "late", source_nb(root), timestamp="2026-01-11 13:00:00.000000 UTC")
+    run_class(root, "--jobs", "2", check_rc=0)
+    summary = subprocess.run([sys.executable, "-m", "autograder.summary", A, "--root", str(root)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=grading.REPO).stdout
+    assert "due 2026-01-10 12:00:00 UTC; late work loses 10% of its score" in summary, summary
+    late = summary.split("-- late")[1].split("\n-- ")[0]
+    assert "late: submitted 1d 1h after the due date, penalty 0.6" in late and "early" not in late, summary
+    row = next(ln.split() for ln in summary.splitlines() if ln.startswith("late "))
+    assert row[-4:] == ["-0.6", "2.4", "4", "graded"], row   # 3 auto points less 0.6, of 4
+    export = tmp_path / "grades.csv"
+    assert plain_nbgrader(root, "export", f"--to={export}", url=database.sqlite_url(root)).returncode == 0
+    import csv
+    rows = {r["student_id"]: r for r in csv.DictReader(export.open())}
+    assert (float(rows["late"]["late_submission_penalty"]), float(rows["late"]["score"])) == (0.6, 2.4), rows["late"]
+    assert float(rows["early"]["late_submission_penalty"]) == 0.0 and float(rows["early"]["score"]) == 3.0
+    fb = plain_nbgrader(root, "generate_feedback", A, url=database.sqlite_url(root))
+    assert fb.returncode == 0, fb.stdout
+    page = (root / "feedback" / "late" / A / f"{A}.html").read_text(encoding="utf-8")
+    assert "Late submission penalty (Score: -0.6)" in page
+    assert "Late submission penalty" not in (root / "feedback" / "early" / A / f"{A}.html").read_text(encoding="utf-8")
+
+
+def test_late_policy_per_day_and_nbgraders_methods():
+    """10% per day or part of a day, never more than the score; nbgrader's own methods kept.
+    Control: nbgrader's plugin as configured by default gives no penalty at all."""
+    from nbgrader.plugins import LateSubmissionPlugin
+
+    from autograder.late_policy import LatePenalty
+
+    p = LatePenalty()
+    assert [p.late_submission_penalty("s", 10.0, s) for s in (1, 86400, 86401, 9 * 86400 + 1, 30 * 86400)] \
+        == [1.0, 1.0, 2.0, 10.0, 10.0]
+    assert LatePenalty(penalty_method="zero").late_submission_penalty("s", 7.0, 5) == 7.0
+    assert LatePenalty(penalty_method="none").late_submission_penalty("s", 7.0, 5) is None
+    assert LateSubmissionPlugin().late_submission_penalty("s", 7.0, 5) is None
+
+
+def test_another_assignments_notebook_under_this_name_is_rejected():
+    """01's release saved as 00_start_here.ipynb is rejected, naming 01_baselines; controls: 00's
+    release, the same with its nbgrader metadata stripped, and a notebook without cell ids pass."""
+    def nb(a):
+        return json.loads(grading.release_path(a).read_text(encoding="utf-8"))
+
+    reason = grade_class.another_notebook(grading.REPO, "00_start_here", nb("01_baselines"))
+    assert reason and "not 00_start_here's notebook" in reason and "it is 01_baselines's notebook" in reason, reason
+    assert grade_class.another_notebook(grading.REPO, "00_start_here", nb("00_start_here")) is None
+    stripped = nb("00_start_here")
+    for cell in stripped["cells"]:
+        cell["metadata"].pop("nbgrader", None)
+    assert grade_class.another_notebook(grading.REPO, "00_start_here", stripped) is None
+    no_ids = nb("01_baselines")
+    for cell in no_ids["cells"]:
+        cell.pop("id", None)
+    assert grade_class.another_notebook(grading.REPO, "00_start_here", no_ids) is None
