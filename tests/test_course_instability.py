@@ -143,3 +143,12 @@ def test_the_explorer_reads_as_text():
     assert "lr 0.01" in text and "lr 0.03" in text and "<b>" not in text
     box.slider.value = 3e-2
     assert "lr <b>0.03</b>" in box.summary.value
+
+
+def test_a_run_stopped_non_finite_is_early_by_its_planned_steps_and_a_non_finite_flag_counts():
+    run = _run_with_losses([2.0, 2.1, 2.2, float("inf")])
+    run.stopped = "non-finite at step 3"
+    assert instability.divergence(run) == "early", "step 3 of a 40-step run is early, though only 4 steps were logged"
+    flagged = _run_with_losses([2.0, 1.9, 1.8])
+    flagged.history["finite"] = [True, False, True]
+    assert instability.diverged_at(flagged) == 1, "parameters gone non-finite with a finite loss is a divergence"

@@ -9,13 +9,15 @@ reference, can tell them apart.
 written for a run without warm-up, reused; or a config key that never reaches it). At a rate that
 needs warm-up, the first steps overshoot: an early spike and a worse loss at the end.
 
-``warmup-in-examples``: the schedule counts ``warmup`` in examples where the run counts steps
-(``warmup * batch_size`` steps of warm-up), so the rate is still climbing when the run ends.
+``warmup-in-examples``: the schedule counts ``warmup`` in examples of a 16-window batch where the
+run counts steps (``warmup * 16`` steps of warm-up, whatever the batch size), so the rate is still
+climbing when the run ends.
 
 ``adam-eps-large``: the optimizer factory builds AdamW with ``eps=0.1`` (a value from another
 library's convention, or a typo). Adam divides each step by ``sqrt(v) + eps``; with gradients
-much smaller than 0.1 the denominator is ``eps``, and Adam becomes plain SGD at a rate ``lr / eps``
-that is far too small: a run that falls slowly, never a divergence.
+much smaller than 0.1 the denominator is about ``eps``, and Adam becomes SGD with momentum (its
+``beta1`` average) at a rate ``lr / eps`` that is too small here: a run that falls slowly (at rates
+far above the best it can still diverge).
 
 ``adam-beta2-low``: AdamW with ``betas=(0.9, 0.5)``: the second moment averages over about two
 steps instead of a thousand, so one small gradient after large ones makes a step many times larger
@@ -23,8 +25,7 @@ than Adam's usual step; the loss is noisier and ends worse.
 
 ``init-too-small``: the model's weights are initialised with a standard deviation 100 times
 smaller than the reference's 0.02 (``0.0002``, a typo of the exponent): every layer's output starts
-near zero, the first steps are large relative to the weights, and the loss jumps in the first
-steps before it falls.
+near zero; the loss ends worse, and at some rates it jumps in the first steps before it falls.
 
 Each bug changes exactly one part (``schedule``, ``optimizer_factory`` or ``prepare``), so
 ``course.exercises.mystery.draw`` can hide each of them.
@@ -68,7 +69,7 @@ def _adamw_eps_large(params, lr: float, weight_decay: float) -> torch.optim.Opti
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, eps=EPS_LARGE)
 
 
-@bug("lr-instability", "a loss that falls too slowly, never diverging: Adam's eps swamps its denominator")
+@bug("lr-instability", "a loss that falls too slowly: Adam's eps swamps its denominator")
 def adam_eps_large(pipe: Pipeline) -> Pipeline:
     """AdamW with ``eps=0.1`` instead of ``1e-8``: the update is ``lr * m / (sqrt(v) + 0.1)``, which
     for gradients far below 0.1 is SGD at rate ``lr / 0.1``, too small for this run."""
@@ -94,7 +95,7 @@ def _shrink_init(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-@bug("lr-instability", "the loss jumps in the first steps, then falls: weights initialised 100 times too small")
+@bug("lr-instability", "a worse loss, at some rates a jump in the first steps: weights initialised 100 times too small")
 def init_too_small(pipe: Pipeline) -> Pipeline:
     """The model's weight matrices and embeddings start with standard deviation 0.0002 instead of
     0.02 (every matrix of the reference initialisation scaled by 0.01)."""

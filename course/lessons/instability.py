@@ -21,7 +21,7 @@ falls but never climbs is "not diverged" (it may still be useless), and a margin
 would call noise a divergence. ``used`` sees the first optimizer param group only, and the scale of
 weight matrices and embeddings (parameters of two or more dimensions), not of norms or biases.
 Everything here trains on the CPU and is seeded (``seed`` arguments): the same call gives the same
-numbers on the same machine.
+numbers on the same machine, PyTorch version and thread count.
 """
 
 from __future__ import annotations
@@ -46,23 +46,25 @@ def sweep(pipe: Pipeline, lrs, seed: int = 0, steps: int | None = None) -> dict[
 
 def diverged_at(run: Run, margin: float = 0.5) -> int | None:
     """The first logged step at which the training loss is non-finite or above its first value by
-    more than ``margin`` nats; ``None`` if there is none (the run did not diverge)."""
-    losses = run.history["loss"]
+    more than ``margin`` nats, or at which the loop found the loss, gradients or parameters
+    non-finite (``run.history["finite"]``); ``None`` if there is none. Limits: it compares with the
+    first loss, so a spike from a lower level that stays below the start is not caught."""
+    losses, finite = run.history["loss"], run.history.get("finite", [])
     for i, value in enumerate(losses):
-        if not math.isfinite(value) or value > losses[0] + margin:
+        if not math.isfinite(value) or value > losses[0] + margin or (i < len(finite) and not finite[i]):
             return run.history["step"][i]
     return None
 
 
 def divergence(run: Run, margin: float = 0.5, early_fraction: float = 0.1) -> str | None:
     """``"early"`` or ``"late"`` if the run diverged (``diverged_at``), else ``None``: early within
-    the first ``early_fraction`` of the logged steps (a rate meeting an untrained model: warm-up's
-    territory), late after them (the rate is too high for the model it has become, or the schedule
-    raised it there)."""
+    the first ``early_fraction`` of the run's planned steps (the logged steps, or ``pipe.steps`` for
+    a run the loop stopped early), late after them. A convention: it says when, not why."""
     at = diverged_at(run, margin)
     if at is None:
         return None
-    return "early" if at < early_fraction * len(run.history["loss"]) else "late"
+    planned = run.pipe.steps if run.stopped else len(run.history["loss"])
+    return "early" if at < early_fraction * planned else "late"
 
 
 def best_rate(runs: dict[float, Run]) -> float:
@@ -92,7 +94,8 @@ def spread(values) -> dict:
 def real_change(baseline, candidate) -> bool:
     """Whether ``candidate`` (final losses over seeds) is lower than ``baseline`` by more than the
     noise: its mean is below the baseline's mean by more than the larger of the two ranges
-    (max - min). The rule this notebook uses; with a handful of seeds it is conservative on purpose."""
+    (max - min). The rule this notebook uses. Limit: with one value on each side both ranges are 0
+    and any decrease counts; the rule means something only with several seeds per side."""
     b, c = spread(baseline), spread(candidate)
     return b["mean"] - c["mean"] > max(b["range"], c["range"])
 
@@ -168,7 +171,8 @@ def problems(pipe: Pipeline, seed: int = 0, steps: int = 4) -> list[str]:
 def _reference_lines(ax, pipe: Pipeline) -> None:
     lang = pipe.language()
     ax.axhline(math.log(lang.vocab_size), color="grey", linestyle="--", linewidth=1, label="ln V (uniform guess)")
-    ax.axhline(lang.entropy_rate, color="grey", linestyle=":", linewidth=1, label="entropy rate (best possible)")
+    ax.axhline(lang.loss_floor(pipe.seq_len), color="grey", linestyle=":", linewidth=1,
+               label="window floor (best mean over fresh windows)")
 
 
 def plot_sweep(runs: dict[float, Run], pipe: Pipeline, title: str = "learning-rate sweep"):
@@ -181,20 +185,20 @@ def plot_sweep(runs: dict[float, Run], pipe: Pipeline, title: str = "learning-ra
         left.plot(run.history["step"], run.history["loss"], label=f"lr {lr:g}", linewidth=1)
     _reference_lines(left, pipe)
     left.set_xlabel("step")
-    left.set_ylabel("training loss (nats per token)")
+    left.set_ylabel("training loss (nats per token; cut off at the top)")
     left.set_ylim(0, math.log(pipe.language().vocab_size) + 1.5)
     left.set_title(title)
     left.legend(fontsize=7, ncol=2)
     lrs = sorted(runs)
     finals = [runs[lr].final_val_loss for lr in lrs]
     top = math.log(pipe.language().vocab_size) + 1.0
-    right.plot(lrs, [min(f, top) if math.isfinite(f) else top for f in finals], "o-")
-    for lr in lrs:
-        if divergence(runs[lr]) is not None:
-            right.plot([lr], [top], "x", color="red", markersize=9)
+    right.plot(lrs, [min(f, top) if math.isfinite(f) else top for f in finals], "o-", label="final loss (non-finite: at the top)")
+    bad = [lr for lr in lrs if divergence(runs[lr]) is not None]
+    right.plot(bad, [min(runs[lr].final_val_loss, top) if math.isfinite(runs[lr].final_val_loss) else top for lr in bad],
+               "x", color="red", markersize=10, label="diverged on the way")
     _reference_lines(right, pipe)
     right.set_xscale("log")
-    right.set_xlabel("learning rate (log scale; x: diverged)")
+    right.set_xlabel("learning rate (log scale)")
     right.set_ylabel("final validation loss")
     right.legend(fontsize=7)
     fig.tight_layout()
@@ -208,9 +212,10 @@ def plot_grad_norms(grad_norms, thresholds: dict[str, float], title: str = "pre-
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     norms = [float(g) for g in grad_norms if math.isfinite(float(g))]
-    ax.hist(norms, bins=40, color="tab:blue", alpha=0.7)
-    for (name, t), style in zip(thresholds.items(), ("-", "--", ":", "-.")):
-        ax.axvline(t, color="red", linestyle=style, label=f"{name} = {t:.3g}: clips {clipped_fraction(grad_norms, t):.0%} of steps")
+    lo, hi = min(norms + list(thresholds.values())), max(norms + list(thresholds.values()))
+    ax.hist(norms, bins=torch.logspace(math.log10(lo), math.log10(hi), 50).tolist(), color="tab:blue", alpha=0.7)
+    for (name, t), color in zip(thresholds.items(), ("black", "tab:green", "tab:red", "tab:purple")):
+        ax.axvline(t, color=color, linestyle="--", label=f"{name} = {t:.3g}: clips {clipped_fraction(grad_norms, t):.0%} of steps")
     ax.set_xscale("log")
     ax.set_xlabel("gradient norm before clipping (log scale)")
     ax.set_ylabel("steps")

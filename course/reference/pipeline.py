@@ -55,7 +55,9 @@ def part(default):
 
 
 def warmup_then_linear(step: int, warmup: int, total: int) -> float:
-    """LR multiplier: linear warmup over ``warmup`` steps, then linear decay to 10% at ``total``."""
+    """LR multiplier: a linear warm-up from ``1/warmup`` to 1 over the first ``warmup`` steps, times a
+    linear decay that starts at step 0 and is floored at 10% (reached at 90% of ``total``). So a run
+    never uses its full rate once ``warmup > 1``: its highest rate is the product at the end of warm-up."""
     return min(1.0, (step + 1) / max(1, warmup)) * max(0.1, 1.0 - step / max(1, total))
 
 
