@@ -237,9 +237,10 @@ def install(shell) -> None:
         if callable_(warm):
             warm()
 
-    if "course.exercises.isolation" in modules:  # imported above, with the student id
-        warm_up(modules["course.exercises.isolation"])
     sys.meta_path.insert(0, Hook())
+    if "course.exercises.isolation" in modules:  # imported above, with the student id; after the
+        # hook, so what torch._dynamo's import rebinds in torch is adopted as the library's own
+        warm_up(modules["course.exercises.isolation"])
 
     # No audit hook of a submission's: one cannot be removed, and it would see every test cell's
     # source as it is compiled. A process forked from the kernel (a graded call's, course.exercises.isolation)

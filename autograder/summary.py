@@ -136,7 +136,7 @@ def summarize(root: Path, assignment: str, url: str) -> str:
         penalty = late.get(student, (0.0, 0.0))[1]
         total = sum(g[0] for g in grades.values()) - penalty
         out_of = sum(g[1] for gid, g in grades.items() if gid not in unrun)  # a GPU test left unrun: apart
-        table.append([student] + cells + [f"-{penalty:g}" if penalty else "", f"{total:g}", f"{out_of:g}", state]
+        table.append([student] + cells + [f"-{penalty:g}" if penalty else "0", f"{total:g}", f"{out_of:g}", state]
                      + ([drawn] if draw else []))
         if draw:
             by_family.setdefault(family, []).append(total)
