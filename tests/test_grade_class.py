@@ -226,7 +226,7 @@ def test_summary_shows_cells_failures_and_manual_grading(graded_class):
     assert proc.returncode == 0, proc.stdout
     lines = proc.stdout.splitlines()
     row = next(ln.split() for ln in lines if ln.startswith("wrong_square "))
-    assert row[1:5] == ["0", "2", "?", "2"], row            # per cell, total; ? = manual pending
+    assert row[1:6] == ["0", "2", "?", "0", "2"], row       # per cell, late penalty, total; ? = manual pending
     section = proc.stdout.split("-- not graded")[1].split("-- lost points")[0]
     for student in BAD:
         assert f"  {student}: " in section, f"{student} missing from the failures:\n{proc.stdout}"

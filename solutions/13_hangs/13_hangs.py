@@ -257,11 +257,11 @@ with hangs.Batch() as shown:
         where = [hangs.brief(s, keep=2) for s in j.stacks()]
         evidence[kind] = (f"{kind}: steps finished {steps} of {j.steps}; last collective issued {last}\n"
                           + "\n".join(f"  rank {r}: " + w.replace("\n", "\n    ") for r, w in enumerate(where)))
-choice, view = widgets.Dropdown(options=list(evidence), description="job"), widgets.HTML()
+choice, view = widgets.Dropdown(options=list(evidence), description="job"), widgets.Output()
 
 
-def show(change=None):
-    view.value = "<pre>" + html.escape(evidence[choice.value]) + "</pre>"
+def show(change=None):  # the Output's contents set directly: nothing is printed to the cell itself
+    view.outputs = ({"output_type": "stream", "name": "stdout", "text": evidence[choice.value] + "\n"},)
 
 
 choice.observe(show, names="value")
