@@ -175,6 +175,23 @@ def _reference_lines(ax, pipe: Pipeline) -> None:
                label="window floor (best mean over fresh windows)")
 
 
+def plot_losses(runs: dict, pipe: Pipeline, title: str):
+    """The training loss of each run (``{label: Run}``) against the step, with ln V and the window
+    floor of ``pipe``'s language. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for label, run in runs.items():
+        ax.plot(run.history["step"], run.history["loss"], label=label)
+    _reference_lines(ax, pipe)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (nats per token)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def plot_sweep(runs: dict[float, Run], pipe: Pipeline, title: str = "learning-rate sweep"):
     """Two panels: the training loss of each rate's run against the step, and the final validation
     loss against the rate (log scale; a diverged run marked with an x at the top). Returns the figure."""

@@ -61,16 +61,8 @@ for lr, run in symptom.items():
           f"{max(run.history['loss']):.2f} at step {run.history['loss'].index(max(run.history['loss']))}")
 
 # %% tags=["demo"]
-fig, ax = plt.subplots(figsize=(7, 3.6))
-for lr, run in symptom.items():
-    ax.plot(run.history["step"], run.history["loss"], label=f"lr {lr:g}, no warm-up")
-lang = BASE.language()
-ax.axhline(math.log(lang.vocab_size), color="grey", linestyle="--", label="ln V (uniform guess)")
-ax.axhline(lang.loss_floor(BASE.seq_len), color="grey", linestyle=":", label="window floor")
-ax.set_xlabel("step")
-ax.set_ylabel("training loss (nats per token)")
-ax.set_title("the same recipe at two learning rates")
-ax.legend(fontsize=8)
+instability.plot_losses({f"lr {lr:g}, no warm-up": run for lr, run in symptom.items()}, BASE,
+                        "the same recipe at two learning rates")
 plt.show()
 
 # %% [markdown]
@@ -319,15 +311,8 @@ for name, pipe in shown.items():
 
 # %% tags=["demo"]
 shown_runs = {name: train(pipe, seed=0, eval_every=10**9) for name, pipe in shown.items()}
-fig, ax = plt.subplots(figsize=(7, 3.4))
-for name, run in shown_runs.items():
-    ax.plot(run.history["step"], run.history["loss"], label=f"{name}: final {run.final_val_loss:.3f}")
-ax.axhline(math.log(lang.vocab_size), color="grey", linestyle="--", label="ln V")
-ax.axhline(lang.loss_floor(BASE.seq_len), color="grey", linestyle=":", label="window floor")
-ax.set_xlabel("step")
-ax.set_ylabel("training loss (nats per token)")
-ax.set_title("same settings, same seed: what the configuration does not show")
-ax.legend(fontsize=8)
+instability.plot_losses({f"{name}: final {run.final_val_loss:.3f}": run for name, run in shown_runs.items()}, BASE,
+                        "same settings, same seed: what the configuration does not show")
 plt.show()
 
 # %% [markdown]
