@@ -161,6 +161,102 @@ _FIX_BASE = """def fix(pipe):
     return SETS["12_lr_instability"].base
 """
 
+# ----- a red team's pass on this notebook (issue 31), each a zero-work route that scored every
+# detect and name point here, hidden draws included, before the fix it names. Their control is the
+# solution (the same cells, doing the work: full marks).
+# (a) A part's generator resumed at the recursion limit is finished (no handler of its own runs) and
+# clears its frame; the reference functions' reference counts then say which part held them.
+# Closed: the graded call's process holds each part generator's frame (mystery._keeper).
+_FINISHED_PART = """import sys
+from course.exercises import mystery as _m
+from course.reference import pipeline as _ref
+from course.bugs import instability as _bugs
+
+def _finish(gen):
+    def below(j):
+        def deep(n):
+            try:
+                r = deep(n + 1)
+            except RecursionError:
+                r = j
+            if r == 0:
+                try:
+                    gen.send(((0, 1, 2), {}))
+                except BaseException:
+                    pass
+            return r - 1
+        deep(0)
+    for j in range(8):
+        below(j)
+        if not gen.gi_suspended:
+            return
+
+def _held(part, fn):
+    before = sys.getrefcount(fn)
+    _finish(_m._part_generator(part))
+    return sys.getrefcount(fn) < before
+
+def _by_refcount(pipe):
+    if not _held(pipe.schedule, _ref.warmup_then_linear):
+        return "schedule"
+    if not _held(pipe.optimizer_factory, _ref.adamw):
+        return "optimizer"
+    if _held(pipe.prepare, _bugs._ScaledAfter):  # an instance holds its class
+        return "init"
+    return "healthy"
+
+def detect(pipe):
+    return _by_refcount(pipe) != "healthy"
+"""
+
+# (c) A stand-in passed by keyword was not checked against the field's contract: it records the
+# comparisons and products the schedule makes with `warmup` (none when warm-up is skipped, a product
+# when it is counted in examples); the optimizer and the initialisation are told apart by what the
+# parts return and do to a model of the caller's (allowed: tests of the part). Closed: a part
+# takes its field's arguments by position and only its documented keywords (mystery._check_arguments).
+_KEYWORD_STANDIN = """import torch
+from course.reference import pipeline as _ref
+
+class _Rec:
+    def __init__(self, log):
+        self.log = log
+    def _r(self, op):
+        self.log.append(op)
+        return 1
+    def __lt__(self, o): return self._r("<") and False
+    def __gt__(self, o): return self._r(">") and False
+    def __le__(self, o): return self._r("<=") and False
+    def __ge__(self, o): return self._r(">=") and False
+    def __mul__(self, o): return self._r("*")
+    __rmul__ = __mul__
+    def __rtruediv__(self, o): return self._r("/")
+    __truediv__ = __rtruediv__
+
+def _by_standin(pipe):
+    log = []
+    try:
+        pipe.schedule(0, warmup=_Rec(log), total=100)
+    except TypeError:
+        pass
+    if not log or "*" in log:
+        return "schedule"
+    opt = pipe.optimizer_factory([torch.nn.Parameter(torch.zeros(1))], 1e-3, 0.0)
+    ref = _ref.adamw([torch.nn.Parameter(torch.zeros(1))], 1e-3, 0.0)
+    if opt.defaults != ref.defaults:
+        return "optimizer"
+    mine, theirs = pipe.build_model(0), pipe.build_model(0)
+    pipe.prepare(mine)
+    _ref.prepare_model(theirs)
+    scale = lambda m: torch.cat([p.detach().flatten() for p in m.parameters() if p.dim() >= 2]).std()
+    if abs(scale(mine) / scale(theirs) - 1) > 0.01:
+        return "init"
+    return "healthy"
+
+def detect(pipe):
+    return _by_standin(pipe) != "healthy"
+"""
+
+
 CASES = [
     # clipped_fraction
     Case(A, "clip_tensor_mean", {"clipped_fraction": _CLIP_TENSOR}, set()),
@@ -191,4 +287,11 @@ CASES = [
     Case(A, "fix_from_reference_pipeline", {"fix": _FIX_FROM_REFERENCE}, set()),
     Case(A, "fix_all_parts", {"fix": _FIX_ALL_PARTS}, {FIX}),
     Case(A, "fix_returns_base", {"fix": _FIX_BASE}, {FIX}),
+    # a red team's routes (above), each closed: it loses every cell it answers
+    Case(A, "redteam5_finished_part",
+         {"detect": _FINISHED_PART, "name_cause": "def name_cause(pipe):\n    return _by_refcount(pipe)\n"},
+         {DETECT, CAUSE, FIX}),
+    Case(A, "redteam5_keyword_standin",
+         {"detect": _KEYWORD_STANDIN, "name_cause": "def name_cause(pipe):\n    return _by_standin(pipe)\n"},
+         {DETECT, CAUSE, FIX}),
 ]

@@ -135,3 +135,31 @@ def test_check_fix_switches_off_the_answer():
     with pytest.raises(SwitchedOff):
         mystery.check_fix(lambda p: p.replace(update=apply_update) if mystery.reveal(p) else p, pipes, _falls)
     assert mystery.reveal(pipes[0]) == "missing-step", "restored after grading"
+
+
+def test_every_part_takes_its_whole_field_contract():
+    """A part checks a call against its field's contract before the function's own signature; so
+    every function of every draw must take every call the contract allows (all positional
+    arguments and every documented keyword), or whether such a call works would name the function.
+    Control: a function that lacks one of generate's keywords is found."""
+    import inspect
+
+    def takes(fn, field) -> bool:
+        positional, keywords = mystery._contract(field)
+        try:
+            inspect.signature(fn).bind(*range(len(positional)), **dict.fromkeys(keywords))
+        except TypeError:
+            return False
+        return True
+
+    assert not takes(lambda model, prompt, n, temperature=1.0: None, "generate"), "control"
+    refused = set()
+    for name in OPAQUE + ["healthy"]:
+        pipe = mystery.make(name, 0, SMALL)
+        for field in mystery.PART_FIELDS:
+            part = getattr(pipe, field)
+            if type(part) is mystery.Part and mystery._contract(field) is not None:
+                fn = inspect.getgeneratorlocals(mystery._part_generator(part))["fn"]
+                if not takes(fn, field):
+                    refused.add((name, field))
+    assert not refused, f"functions that refuse a call their field's contract allows: {sorted(refused)}"

@@ -116,7 +116,7 @@ class Sealed(PermissionError):
     """Raised, in a graded call's process, by an introspection route that could reach the answer."""
 
 
-def _make_hook():
+def _make_hook(keeper_code=None):
     """The seal: an audit hook that, once ``course.exercises.isolation.seal`` is raised, refuses
 
     * every event of ``DENIED_EVENTS`` and ``DENIED_PREFIXES``, to anyone;
@@ -127,6 +127,9 @@ def _make_hook():
     * any frame to a notebook's code (code outside the installed libraries and ``course``);
     * replacing a function's ``__code__``; opening anything under ``/proc`` or IPython's profile
       folder (its history database), or any ``*.sqlite`` file.
+
+    One read is allowed: ``gi_frame`` of a part's generator by ``keeper_code``
+    (``course.exercises.mystery._keeper``, whose frame keeps what it reads and is itself refused).
 
     Everything it uses is bound here, in the hook's own closure: rebinding the module's names
     later changes nothing. Only the hook (which no Python object references) holds its state."""
@@ -165,6 +168,8 @@ def _make_hook():
         if event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs:
             obj, attr = args[0], args[1]
             if isinstance_(obj, generator_type) and obj.gi_code in holder_codes:
+                if attr == "gi_frame" and keeper_code is not None and getframe(2).f_code is keeper_code:
+                    return None
                 return message.format(f"opening a mystery part (.{attr})")
             frame = obj if isinstance_(obj, frame_type) else \
                 obj.tb_frame if isinstance_(obj, traceback_type) else \
@@ -206,7 +211,7 @@ def seal() -> None:
     """Refuse the routes of ``_make_hook`` for the rest of this process (one way: nothing unseals).
     Raises RuntimeError if the seal is not in force afterwards (another audit hook refused ours)."""
     mystery = sys.modules.get("course.exercises.mystery")
-    _addaudithook(_make_hook())
+    _addaudithook(_make_hook(getattr(mystery, "_KEEPER_CODE", None)))
     sys.audit("course.exercises.isolation.seal", getattr(mystery, "_HOLDER_CODE", None), _library_only.__code__)
     try:
         gc.get_referrers(seal)

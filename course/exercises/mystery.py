@@ -80,19 +80,74 @@ class PartArgumentError(TypeError):
     of that field, so it says nothing about the function inside)."""
 
 
+# Passed to the caller as they are (an interrupt, an unfinished exercise, a switched-off package
+# function, a refused argument, the graded call's seal refusing a route); every other error of a
+# part's function is withheld. A subclass of one of these is the learner's (its methods, its
+# ``__del__``, would run on what it carries): the caller gets a new exception of the base type.
+_STOPS = (KeyboardInterrupt, SystemExit)
+_PASSED = (NotImplementedError, SwitchedOff, PartArgumentError, Sealed)
+_set_traceback = BaseException.with_traceback  # BaseException's own: never a subclass's override
+_context_of = BaseException.__dict__["__context__"].__get__
+_cause_of = BaseException.__dict__["__cause__"].__get__
+
+
+def _scrub(err: BaseException) -> None:
+    """Drop the traceback of ``err`` and of every exception chained to it (``__context__``,
+    ``__cause__``), through ``BaseException``'s own descriptors: no method of the exception's
+    class runs while a traceback through the part's frames is attached (``tb_lineno`` and
+    ``tb_next`` are not audited, and line numbers say which function ran)."""
+    todo, seen = [err], []
+    while todo and len(seen) < 256:
+        e = todo.pop()
+        if any(e is s for s in seen):
+            continue
+        seen.append(e)
+        _set_traceback(e, None)
+        for link in (_context_of(e), _cause_of(e)):
+            if link is not None:
+                todo.append(link)
+
+
 def _withheld(err: BaseException) -> BaseException:
-    """What the caller of a part receives for ``err``: ``err`` itself (no traceback) when it is not
-    an error of the part's function (an interrupt, an unfinished exercise, a switched-off package
-    function, a refused argument, the graded call's seal refusing a route), else one
-    ``RuntimeError`` with ``_WITHHELD``."""
-    if not isinstance(err, Exception) or isinstance(err, (NotImplementedError, SwitchedOff, PartArgumentError, Sealed)):
-        return err.with_traceback(None)
+    """What the caller of a part receives for ``err``, with no traceback (``_scrub``): ``err``
+    itself when its type is exactly one of ``_STOPS`` and ``_PASSED``; a new exception of that type
+    when ``err``'s type is a subclass of one; else one ``RuntimeError`` with ``_WITHHELD``."""
+    _scrub(err)
+    kind = type(err)
+    for passed in _STOPS + _PASSED:
+        if kind is passed:
+            return err
+    for passed in _STOPS + _PASSED:
+        if isinstance(err, passed):
+            return passed("an exception of a subclass (the caller's own) passed through a mystery part, "
+                          f"re-raised as a plain {passed.__name__}")
     return RuntimeError(_WITHHELD)
+
+
+# The stack a part's function may use: a part refuses a call with less left, so no function's
+# depth shows in whether a call fails (a red team called parts near the recursion limit and read
+# which one ran out). Every function of every draw needs far less (tests/test_course_isolation.py).
+PART_STACK = 400
+_LOW_STACK = (f"a mystery part needs {PART_STACK} frames of stack to run (sys.getrecursionlimit() minus "
+              "the depth of the call): call it from less deep, or raise the limit")
+_getlimit, _setlimit = sys.getrecursionlimit, sys.setrecursionlimit
+
+
+def _stack_left(frames: int = PART_STACK) -> bool:
+    """Whether a call made here has at least ``frames`` frames before the recursion limit
+    (``sys.setrecursionlimit`` refuses a limit at or below the current depth)."""
+    limit = _getlimit()
+    try:
+        _setlimit(limit - frames)
+    except (RecursionError, ValueError):
+        return False
+    _setlimit(limit)
+    return True
 
 
 def _contract(field: str):
     """What a part of ``field`` takes: per positional argument, the kinds it accepts, and the
-    keyword arguments by name (``None``: unchecked). Plain data must be of its exact type (a
+    keyword arguments it takes, by name (any other keyword is refused). Plain data must be of its exact type (a
     ``dict``, ``list``, ``tuple``, ``int``, ``float``, ``str``, ``bool``, ``None``, a tensor or
     parameter, a ``Pipeline``, ``Batch`` or ``Run`` of the course), containers holding only plain
     data: no subclass or stand-in whose methods would record what the part reads. A module, an
@@ -120,8 +175,7 @@ def _contract(field: str):
         "restore": ((Run,), (dict,)),
         "generate": ((module, (T,), (int,)),
                      {"temperature": num, "top_k": (int, N), "greedy": (bool,), "seed": (int,),
-                      "eos_id": (int, N), "return_logits": (bool,),
-                      "max_new_tokens": (int,)}),
+                      "eos_id": (int, N), "return_logits": (bool,)}),
         "eval_template": ((tuple, list, T),),
         "eval_continuation": ((str,), (str,)),
         "eval_fewshot": ((int,), (int,), (int,), (int,)),
@@ -197,8 +251,6 @@ def _fits(value, kinds, budget=None, depth: int = 64) -> bool:
             return True
         if kind == "device" and (t is torch.device or t is str or value is None):
             return True
-        if kind == "params" and t is types.GeneratorType:
-            return True  # model.parameters(): a generator of the module's own making
         if kind == "params" and t in (list, tuple):
             return all(type(v) is torch.nn.Parameter for v in value)
         if kind == "plain" and _plain(value, budget, depth):
@@ -208,35 +260,52 @@ def _fits(value, kinds, budget=None, depth: int = 64) -> bool:
     return False
 
 
-def _check_arguments(contract, args: tuple, kwargs: dict) -> None:
-    """Raise ``PartArgumentError`` unless ``args`` and ``kwargs`` fit ``contract`` (``_contract``)."""
+def _check_arguments(contract, args: tuple, kwargs: dict) -> tuple:
+    """``args`` as the part's function receives them, or ``PartArgumentError`` unless ``args`` and
+    ``kwargs`` fit ``contract`` (``_contract``): exactly the field's positional arguments, by
+    position, and only the keywords the field names. Checked before the function's own signature,
+    so the answer never depends on which parameters, names or defaults a function has. A generator
+    of parameters (``model.parameters()``) is read into a list here, before any function runs: what
+    the function then does with it does not reach the caller's generator."""
     positional, keywords = contract
     problems = []
+    if len(args) != len(positional):
+        problems.append(f"{len(args)} positional arguments, not {len(positional)}")
     for i, (value, kinds) in enumerate(zip(args, positional)):
+        if "params" in kinds and type(value) is types.GeneratorType:
+            value = list(value)
+            args = args[:i] + (value,) + args[i + 1:]
         if not _fits(value, kinds):
             problems.append(f"argument {i + 1}: {type(value).__name__}, not "
                             + " or ".join(_kind_name(k) for k in kinds))
     for name, value in kwargs.items():
         kinds = keywords.get(name)
-        if kinds is not None and not _fits(value, kinds):
+        if kinds is None:
+            problems.append(f"{name}=: not a keyword of this field (pass its arguments by position)")
+        elif not _fits(value, kinds):
             problems.append(f"{name}=: {type(value).__name__}, not " + " or ".join(_kind_name(k) for k in kinds))
     if problems:
         raise PartArgumentError("a mystery part takes the exact types its Pipeline field documents (plain "
-                                "data, no subclass or stand-in; a module or optimizer of any kind): "
+                                "data, no subclass or stand-in; a module or optimizer of any kind), its "
+                                "arguments by position and only its documented keywords: "
                                 + "; ".join(problems))
+    return args
 
 
 def _holder(fn: Callable, owner, contract=None):
     """A suspended generator that calls ``fn`` with what it is sent: the only reference to ``fn``
     is a local of its frame, which CPython hands out only through audited routes (``gi_frame``,
     the garbage collector), the routes a graded call's process refuses (``course.exercises.isolation``).
-    Arguments that do not fit ``fn`` raise one TypeError that names no function, and arguments that
-    do not fit ``contract`` (``_contract``) one ``PartArgumentError``. ``fn`` runs with torch's
-    function and dispatch modes and tensor-subclass overrides suspended (so a mode entered by the
-    caller does not trace the part's calls), and an error of ``fn``'s comes out as ``_withheld``
-    makes it. While its ``Part`` (``owner``, a weak reference) lives, ``close()`` and ``throw()`` are
-    refused and the frame stays: a frame let go would drop its reference to ``fn``, and the change
-    of ``fn``'s reference count would say which function it held."""
+    In order, a call is refused with a ``RecursionError`` when less than ``PART_STACK`` frames of
+    stack are left, with one ``PartArgumentError`` when its arguments do not fit ``contract``
+    (``_contract``), and with one that names no function when they do not fit ``fn``. ``fn`` runs
+    with torch's function and dispatch modes and tensor-subclass overrides suspended (so a mode
+    entered by the caller does not trace the part's calls), and an error of ``fn``'s comes out as
+    ``_withheld`` makes it. While its ``Part`` (``owner``, a weak reference) lives, ``close()`` and
+    ``throw()`` are refused and the frame stays: a frame let go would drop its reference to ``fn``,
+    and the change of ``fn``'s reference count would say which function it held. One way to
+    finish it no code of its own can refuse (a ``RecursionError`` as CPython enters the frame); in a
+    graded call the grader holds the frame (``_keeper``), so even then nothing is let go."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     try:
@@ -256,20 +325,29 @@ def _holder(fn: Callable, owner, contract=None):
         args, kwargs = request
         del request
         try:
+            low = not _stack_left()
+        except BaseException:  # noqa: BLE001  (no stack left even to ask)
+            low = True
+        try:
+            if low:
+                raise RecursionError(_LOW_STACK)
+            if contract is not None:
+                args = _check_arguments(contract, args, kwargs)
             if bind is not None:
                 try:
                     bind(*args, **kwargs)
                 except TypeError:
                     raise PartArgumentError("this part was called with arguments it does not take: see "
                                             "the Pipeline field's documentation for its signature") from None
-            if contract is not None:
-                _check_arguments(contract, args, kwargs)
             with torch._C.DisableTorchFunction():
                 if torch._C._len_torch_dispatch_stack():
                     with _disable_current_modes():
                         answer = (True, fn(*args, **kwargs))
                 else:
                     answer = (True, fn(*args, **kwargs))
+        except RecursionError as err:
+            # ours (too little stack to start) is passed; one from inside the function is withheld
+            answer = (False, err.with_traceback(None) if low else _withheld(err))
         except BaseException as err:  # noqa: BLE001  (handed to the caller, with no trace inside)
             answer = (False, _withheld(err))
         del args, kwargs
@@ -302,6 +380,12 @@ class Part:
     __slots__ = ("__gen", "__weakref__")
 
     def __init__(self, fn: Callable, field: str | None = None):
+        try:
+            _part_generator(self)
+        except AttributeError:
+            pass
+        else:  # a part's function is fixed: re-initialising would swap it inside a drawn pipeline
+            raise TypeError("a mystery part is made once: build a new Part")
         gen = _holder(fn, weakref.ref(self), _contract(field) if field else None)
         next(gen)
         self.__gen = gen
@@ -335,7 +419,33 @@ def _held(case) -> tuple:
     if type(case) is not Pipeline:
         return (case,)
     fields = tuple(_fields_of(case).values())
-    return (case, fields, tuple(_part_generator(v) for v in fields if type(v) is Part))
+    generators = tuple(_part_generator(v) for v in fields if type(v) is Part)
+    keeper = _keeper(generators)
+    next(keeper)
+    return (case, fields, generators, keeper)
+
+
+def _keeper(generators):
+    """A suspended generator that holds the frame of each part's generator. A generator that
+    finishes (a ``RecursionError`` as it resumes, which no code of its own can catch) clears its
+    frame's variables, the part's function among them, unless something else holds the frame: then
+    the frame keeps them, and no reference count changes. Only this function's code may read a
+    part generator's ``gi_frame`` once the process is sealed (``course.exercises.isolation``), and
+    what it reads stays in this frame, which the seal refuses to anyone."""
+    frames, gen = [], None
+    for gen in generators:
+        frames.append(gen.gi_frame)
+    del gen, generators
+    while True:
+        try:
+            yield
+        except GeneratorExit:  # collected: the graded call is over
+            return
+        except BaseException:  # noqa: BLE001  (never resumed by the grader, and no one else has it)
+            pass
+
+
+_KEEPER_CODE = _keeper.__code__
 
 
 # ----- defaults for the parts a plain Pipeline leaves as None -------------------------------------
