@@ -71,6 +71,9 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.SandboxedExecute.kernel_name = "debug-course-sandboxed"
+# Every output is in once the last cell has run: the kernel is killed, not asked to stop (a graceful
+# shutdown of the sandboxed kernel waited about a second per submission for it to exit).
+c.SandboxedExecute.shutdown_kernel = "immediate"
 c.SandboxedExecute.cpu_seconds = 600      # RLIMIT_CPU, whole kernel (a cell's wall limit is timeout)
 c.SandboxedExecute.memory_mb = 8192       # RLIMIT_AS (torch maps a few GB of address space)
 c.SandboxedExecute.max_processes = 256    # RLIMIT_NPROC of the kernel's own uid (threads count)
