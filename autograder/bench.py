@@ -33,7 +33,7 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
-from autograder import database, grade_class, grading, toy_course
+from autograder import class_runner, database, grading, toy_course
 
 
 CELL_TIMEOUT_S = 300
@@ -130,8 +130,8 @@ def time_class(workdir: Path, size: int, jobs: int) -> tuple[float, dict]:
     count of submissions per final state."""
     root = workdir / f"class-jobs{jobs}"
     shutil.copytree(workdir / "toy-class", root)
-    runner = grade_class.Runner(root, "toy", database.sqlite_url(root), jobs, grade_class.DEFAULT_TIMEOUT_S)
-    names = grade_class.students(root, "toy")
+    runner = class_runner.Runner(root, "toy", database.sqlite_url(root), jobs, class_runner.DEFAULT_TIMEOUT_S)
+    names = class_runner.students(root, "toy")
     start = time.perf_counter()
     results = runner.run(names, echo=lambda *a, **k: None)
     seconds = time.perf_counter() - start

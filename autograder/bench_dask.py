@@ -6,7 +6,7 @@ One toy class (``autograder.bench.build_toy_class``: M submissions, default 12, 
 solution, the untouched release and the toy's targeted cases), one throw-away PostgreSQL server
 (``autograder.postgres``), each run in a fresh copy of the course and a fresh database:
 
-- the local pool (``grade_class.Runner``, jobs = the machine's cores);
+- the local pool (``class_runner.Runner``, jobs = the machine's cores);
 - a ``dask scheduler`` with one ``dask worker`` (one thread, nanny, its own folder and copy of the
   course), then with two (``dask_grading.DaskRunner``, as ``grade_class --scheduler`` runs it).
 
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder import bench, dask_grading, grade_class, grading, postgres
+from autograder import bench, class_runner, dask_grading, grading, postgres
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_DB_URL", "COURSE_ROOT")}
@@ -93,7 +93,7 @@ def _stop(proc) -> None:
 
 
 def _run(runner, root: Path) -> tuple[float, dict]:
-    names = grade_class.students(root, "toy")
+    names = class_runner.students(root, "toy")
     start = time.perf_counter()
     results = runner.run(names, echo=lambda *a, **k: None)
     seconds = time.perf_counter() - start
@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
             return root, _database(server, name.replace("-", "_"), root)
 
         root, url = course("local")
-        runner = grade_class.Runner(root, "toy", url, cores, grade_class.DEFAULT_TIMEOUT_S)
+        runner = class_runner.Runner(root, "toy", url, cores, class_runner.DEFAULT_TIMEOUT_S)
         seconds, states = _run(runner, root)
         print(f"{f'local pool, jobs={cores}':<28}{seconds:>9.1f}{60 * size / seconds:>10.1f}{'':>14}  {states}",
               flush=True)
@@ -152,10 +152,10 @@ def main(argv: list[str]) -> int:
                     cluster.client.run(dask_grading._worker_version)   # the workers' torch import, once
                     Timed.own = 0.0
                     pre = time.perf_counter()
-                    for s in grade_class.students(root, "toy"):
-                        grade_class.precheck(root, "toy", s)
+                    for s in class_runner.students(root, "toy"):
+                        class_runner.precheck(root, "toy", s)
                     Timed.own += time.perf_counter() - pre
-                    seconds, states = _run(Timed(cluster, root, "toy", url, grade_class.DEFAULT_TIMEOUT_S), root)
+                    seconds, states = _run(Timed(cluster, root, "toy", url, class_runner.DEFAULT_TIMEOUT_S), root)
                 finally:
                     cluster.close()
                 figures[n] = (seconds, Timed.own / size)

@@ -23,7 +23,7 @@ value: assignment, student, the submission folder's files as bytes, the gradeboo
 coordinator's course version and the timeout. A worker (``grade_job``) grades it in a temporary
 course root of its own (its own ``nbgrader_config.py`` and ``solutions/<a>/``, the job's files in
 ``submitted/``) with nbgrader's ``autograde`` in the sandbox, exactly as the local pool does
-(``grade_class.nbgrader_command``), and sends back nbgrader's exit status and log, the autograded
+(``class_runner.nbgrader_command``), and sends back nbgrader's exit status and log, the autograded
 folder's files, the kind of machine (``autograder.machine``) and whether the files changed while
 they were graded. No filesystem is shared: only the gradebook (PostgreSQL) is, and nbgrader on the
 worker writes the grades there.
@@ -74,7 +74,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import database, grade_class, grading
+from autograder import class_runner, database, grading
 
 ALLOWED_FAILURES = 1
 WORKER_SATURATION = 1.0
@@ -361,7 +361,7 @@ def grade_job(job: GradingJob) -> JobResult:
     worker = _worker_name()
     root = grading.course_root()
     mine = course_version(root)
-    kind = grade_class.machine_kind()
+    kind = class_runner.machine_kind()
     if mine != job.course_version:
         return JobResult(None, "", machine=kind, worker=worker, grader_error=(
             f"GRADER ERROR: worker {worker} refused the job: its course version is {mine} "
@@ -393,8 +393,8 @@ def grade_job(job: GradingJob) -> JobResult:
             path.write_bytes(data)
         log_path = tmp / "nbgrader.log"
         start = time.perf_counter()
-        rc, timed_out = grade_class.run_nbgrader(
-            grade_class.nbgrader_command(tmp, a, s, job.db_url), tmp, log_path, job.timeout)
+        rc, timed_out = class_runner.run_nbgrader(
+            class_runner.nbgrader_command(tmp, a, s, job.db_url), tmp, log_path, job.timeout)
         seconds = time.perf_counter() - start
         changed = _files_hash(submission_files(folder)) != _files_hash(job.files)
         out, total = {}, 0
@@ -414,7 +414,7 @@ def grade_job(job: GradingJob) -> JobResult:
 def _worker_version(root: str | None = None) -> str:
     """A worker's course version (``connect`` asks every worker); also computes its machine kind
     once, so the first job does not pay for importing torch."""
-    grade_class.machine_kind()
+    class_runner.machine_kind()
     return course_version(Path(root) if root else grading.course_root())
 
 
@@ -547,8 +547,8 @@ def _flight_view(keys: list, dask_scheduler=None) -> tuple[list, dict]:
     return list(dask_scheduler.workers), tasks
 
 
-class DaskRunner(grade_class.Runner):
-    """``grade_class.Runner`` whose nbgrader runs happen on Dask workers."""
+class DaskRunner(class_runner.Runner):
+    """``class_runner.Runner`` whose nbgrader runs happen on Dask workers."""
 
     def __init__(self, cluster: Cluster, root: Path, assignment: str, url: str, timeout: float,
                  report_name: str | None = None, unfinished: bool = False):
@@ -568,7 +568,7 @@ class DaskRunner(grade_class.Runner):
         task = Task(key, grade_job, self.job(student), _data_producer=True)
         return self.cluster.client.get({key: task}, key, sync=False)
 
-    def receive(self, student: str, future) -> grade_class.Outcome:
+    def receive(self, student: str, future) -> class_runner.Outcome:
         """The outcome of one finished future; the log and autograded files written here."""
         from distributed.scheduler import KilledWorker
 
@@ -583,10 +583,10 @@ class DaskRunner(grade_class.Runner):
                         f"{err.last_worker.address}); graded 0, check it by hand (a crash or "
                         f"memory the sandbox did not contain?)")
                 log_path.write_text(f"Dask: {err}\n", encoding="utf-8")
-                return grade_class.Outcome(None, failure=text, worker=err.last_worker.address)
+                return class_runner.Outcome(None, failure=text, worker=err.last_worker.address)
             log_path.write_text(f"Dask: the job failed on the worker: {type(err).__name__}: {err}\n",
                                 encoding="utf-8")
-            return grade_class.Outcome(None, grader_error=(
+            return class_runner.Outcome(None, grader_error=(
                 f"GRADER ERROR: the Dask worker could not run the grading job "
                 f"({type(err).__name__}: {err}); is the course on the worker's PYTHONPATH?"))
         result: JobResult = future.result()
@@ -599,7 +599,7 @@ class DaskRunner(grade_class.Runner):
                     path = _safe_path(base, rel)
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(data)
-        return grade_class.Outcome(result.rc, result.timed_out, result.seconds, result.changed,
+        return class_runner.Outcome(result.rc, result.timed_out, result.seconds, result.changed,
                                    result.machine, result.worker, result.grader_error)
 
     def watch(self, flight: dict) -> None:
@@ -691,8 +691,8 @@ class DaskRunner(grade_class.Runner):
                 else:
                     reason = "interrupted: the run was stopped while it was being graded"
                 with self.lock:
-                    self.save(grade_class.Result(
-                        student, grade_class.INTERRUPTED, reason + "; the gradebook may hold an older "
+                    self.save(class_runner.Result(
+                        student, class_runner.INTERRUPTED, reason + "; the gradebook may hold an older "
                         "or incomplete grade (re-run with --unfinished)", sha256=before))
             if lost:
                 raise SchedulerLost(f"{err}: {started} submission(s) interrupted while a worker graded "

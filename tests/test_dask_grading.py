@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import database, grade_class, grading, postgres
+from autograder import class_runner, database, grade_class, grading, postgres
 
 distributed = pytest.importorskip("distributed") if not os.environ.get("CI") else __import__("distributed")
 
@@ -176,7 +176,7 @@ def run_class(root, *args, url=None, timeout=600):
 
 
 def report_of(root, name=A):
-    path = Path(root) / grade_class.REPORTS / f"{name}.json"
+    path = Path(root) / class_runner.REPORTS / f"{name}.json"
     return json.loads(path.read_text(encoding="utf-8"))["students"] if path.exists() else {}
 
 
@@ -789,21 +789,21 @@ def test_shards_grade_disjoint_students_and_merge(toy, tmp_path):
     students = [f"s{i:02d}" for i in range(5)]
     for s in students:
         submit(root, s, "{ not json")
-    assert grade_class.shard_of("alice", 4) == grade_class.shard_of("alice", 4) == 3  # stable: recorded once
+    assert class_runner.shard_of("alice", 4) == class_runner.shard_of("alice", 4) == 3  # stable: recorded once
     for k in range(2):
         rc, out, _ = run_class(root, "--shard", f"{k}/2")
         assert rc == 1, out
     parts = [report_of(root, f"{A}.shard-{k}-of-2") for k in range(2)]
     for k, part in enumerate(parts):
-        assert set(part) == {s for s in students if grade_class.shard_of(s, 2) == k}
+        assert set(part) == {s for s in students if class_runner.shard_of(s, 2) == k}
         assert part, "a shard got no student: pick other ids"
     assert sum(len(p) for p in parts) == len(students)
     assert not report_of(root)
     assert grade_class.main([A, "--root", str(root), "--merge"]) == 0    # --merge grades nothing
     report = report_of(root)
     assert set(report) == set(students) and all(e["state"] == "rejected" for e in report.values())
-    (root / grade_class.REPORTS / f"{A}.shard-1-of-2.json").unlink()
-    _, problems = grade_class.merge_reports(root, A)
+    (root / class_runner.REPORTS / f"{A}.shard-1-of-2.json").unlink()
+    _, problems = class_runner.merge_reports(root, A)
     assert problems == ["no report from shard(s) 1 of 2: their students are not in the merge"]
 
 

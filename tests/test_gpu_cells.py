@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import database, grade_class, grading, toy_course
+from autograder import class_runner, database, grading, toy_course
 from autograder.sandboxed_execute import NOT_GRADED_GPU, gpu_cells
 
 A = "toy"
@@ -60,7 +60,7 @@ def grade(root, student, env_extra=None):
     proc = subprocess.run([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root), "--students", student],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=grading.REPO, env=env,
                           stdin=subprocess.DEVNULL)
-    report = json.loads((Path(root) / grade_class.REPORTS / f"{A}.json").read_text(encoding="utf-8"))["students"]
+    report = json.loads((Path(root) / class_runner.REPORTS / f"{A}.json").read_text(encoding="utf-8"))["students"]
     return proc, report[student]
 
 
@@ -78,7 +78,7 @@ def test_the_tag_is_read_from_the_source_notebook(gpu_root):
 
 def test_a_gpu_cell_is_not_graded_without_cuda_and_says_so_everywhere(gpu_root):
     proc, entry = grade(gpu_root, "alice")
-    assert entry["state"] == grade_class.GRADED, proc.stdout
+    assert entry["state"] == class_runner.GRADED, proc.stdout
     book = gradebook(gpu_root, "alice")
     # the GPU test: no automatic score, flagged for a person; not passed, not a silent zero
     assert book["test_gpu"][0] is None and book["test_gpu"][2], book["test_gpu"]
@@ -110,12 +110,12 @@ def test_a_gpu_cell_is_not_graded_without_cuda_and_says_so_everywhere(gpu_root):
     assert "alice: test_gpu" in section, text
     manual = text.split("-- needs manual grade")[1]
     assert "test_gpu," not in manual and not manual.rstrip().endswith("test_gpu"), text
-    assert grade_class.NOT_GRADED_GPU == NOT_GRADED_GPU
+    assert class_runner.NOT_GRADED_GPU == NOT_GRADED_GPU
 
 
 def test_grade_kernel_gpu_grades_the_gpu_cell_normally(gpu_root):
     proc, entry = grade(gpu_root, "bob", {"GRADE_KERNEL": "gpu"})
-    assert entry["state"] == grade_class.GRADED, proc.stdout
+    assert entry["state"] == class_runner.GRADED, proc.stdout
     book = gradebook(gpu_root, "bob")
     assert book["test_gpu"] == (0.0, 0.0, False), book["test_gpu"]  # it ran: no CUDA here, so it failed
     assert not entry["cells"]["test_gpu"].get("not_graded")
@@ -132,7 +132,7 @@ def test_a_gpu_test_left_unrun_is_out_of_every_denominator_and_one_that_ran_is_i
 
     for student, extra in (("carol", None), ("dave", {"GRADE_KERNEL": "gpu"})):
         proc, entry = grade(gpu_root, student, extra)
-        assert entry["state"] == grade_class.GRADED, proc.stdout
+        assert entry["state"] == class_runner.GRADED, proc.stdout
     with Gradebook(database.db_url(gpu_root), "debug-course") as gb:
         full = gb.find_assignment(A).max_score
     want = {"carol": full - 3, "dave": full}

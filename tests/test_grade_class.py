@@ -1,4 +1,4 @@
-"""The class runner (autograder/grade_class.py), its gradebooks and the summary, on the toy course.
+"""The class runner (autograder/class_runner.py, its command line autograder/grade_class.py), its gradebooks and the summary, on the toy course.
 
 Each test grades generated submissions of the toy assignment (autograder/toy_course.py: three
 graded cells, test_square 1 point, test_cube 2, explain 1 manual) in its own copy of a toy course
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import database, grade_class, grading, postgres
+from autograder import class_runner, database, grading, postgres
 
 A = "toy"
 AUTO = {"test_square": 1.0, "test_cube": 2.0}
@@ -80,7 +80,7 @@ def run_class(root, *args, db=None, check_rc=None):
 
 
 def report_of(root):
-    path = Path(root) / grade_class.REPORTS / f"{A}.json"
+    path = Path(root) / class_runner.REPORTS / f"{A}.json"
     return json.loads(path.read_text(encoding="utf-8"))["students"] if path.exists() else {}
 
 
@@ -104,7 +104,7 @@ def plain_nbgrader(root, *args, url=None):
 
 
 def tree_hashes(folder):
-    return {str(p.relative_to(folder)): grade_class.folder_hash(p)
+    return {str(p.relative_to(folder)): class_runner.folder_hash(p)
             for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
@@ -309,7 +309,7 @@ def test_parallel_sqlite_waits_for_a_locked_gradebook_and_loses_no_row(toy_root,
         proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
                                  "--jobs", "3"], cwd=grading.REPO, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        logs = root / grade_class.REPORTS / f"{A}.logs"
+        logs = root / class_runner.REPORTS / f"{A}.logs"
         deadline = time.time() + 300
         while time.time() < deadline and not any(
                 "Creating/updating student" in p.read_text(errors="replace") for p in logs.glob("*.log")):
@@ -388,7 +388,7 @@ def test_crash_mid_batch_is_visible_and_a_rerun_completes_it(toy_root, tmp_path)
     slow = root / "submitted" / "c" / A / "slow"
     slow.write_text("sleep in square")
     env = {k: v for k, v in os.environ.items() if k != database.ENV}
-    log = root / grade_class.REPORTS / f"{A}.logs" / "c.log"
+    log = root / class_runner.REPORTS / f"{A}.logs" / "c.log"
     log.unlink()  # the first run's log says "Autograding" too: wait for this run's, not that one
     proc = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", A, "--root", str(root),
                              "--jobs", "1", "--students", "c"], cwd=grading.REPO, env=env,
@@ -435,7 +435,7 @@ def test_grader_errors_are_not_blamed_on_the_submission():
         ("ValueError: something odd", False, "ValueError: something odd"),
     ]
     for log, grader_error, words in cases:
-        reason, is_grader = grade_class.failure_reason(log, 1, None)
+        reason, is_grader = class_runner.failure_reason(log, 1, None)
         assert is_grader == grader_error and words in reason, (log, reason, is_grader)
 
 
@@ -494,14 +494,14 @@ def test_another_assignments_notebook_under_this_name_is_rejected():
     def nb(a):
         return json.loads(grading.release_path(a).read_text(encoding="utf-8"))
 
-    reason = grade_class.another_notebook(grading.REPO, "00_start_here", nb("01_baselines"))
+    reason = class_runner.another_notebook(grading.REPO, "00_start_here", nb("01_baselines"))
     assert reason and "not 00_start_here's notebook" in reason and "it is 01_baselines's notebook" in reason, reason
-    assert grade_class.another_notebook(grading.REPO, "00_start_here", nb("00_start_here")) is None
+    assert class_runner.another_notebook(grading.REPO, "00_start_here", nb("00_start_here")) is None
     stripped = nb("00_start_here")
     for cell in stripped["cells"]:
         cell["metadata"].pop("nbgrader", None)
-    assert grade_class.another_notebook(grading.REPO, "00_start_here", stripped) is None
+    assert class_runner.another_notebook(grading.REPO, "00_start_here", stripped) is None
     no_ids = nb("01_baselines")
     for cell in no_ids["cells"]:
         cell.pop("id", None)
-    assert grade_class.another_notebook(grading.REPO, "00_start_here", no_ids) is None
+    assert class_runner.another_notebook(grading.REPO, "00_start_here", no_ids) is None

@@ -1,4 +1,5 @@
-"""The layout of ``course``: which subpackage may import which, and no import cycle at all.
+"""The layout of ``course``: which subpackage may import which, and no import cycle at all; and no
+import cycle in ``autograder`` either (the class runner's library apart from its command line).
 
 Every ``import`` and ``from ... import`` of every module of ``course`` is read with ``ast`` (at the
 top of the module and inside functions and classes, relative and absolute), resolved to the module
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "course"
+GRADER = ROOT.parent / "autograder"
 THIRD_PARTY_OK = True  # outside course anything may be imported; only course's own layers are checked
 
 # what each layer may import, by the second part of the module name
@@ -51,8 +53,8 @@ def _resolve(name: str, modules: set[str]) -> str | None:
     return name or None
 
 
-def imports(srcs: dict[str, tuple[str, bool]]) -> dict[str, set[tuple[str, int]]]:
-    """``{module: {(imported module of course, line)}}``, from every import statement anywhere."""
+def imports(srcs: dict[str, tuple[str, bool]], top: str = "course") -> dict[str, set[tuple[str, int]]]:
+    """``{module: {(imported module of top, line)}}``, from every import statement anywhere."""
     modules = set(srcs)
     graph: dict[str, set[tuple[str, int]]] = {}
     for mod, (src, is_pkg) in srcs.items():
@@ -74,7 +76,7 @@ def imports(srcs: dict[str, tuple[str, bool]]) -> dict[str, set[tuple[str, int]]
             else:
                 continue
             for t in targets:
-                if t == "course" or t.startswith("course."):
+                if t == top or t.startswith(top + "."):
                     found = _resolve(t, modules)
                     if found is not None and found != mod:
                         edges.add((found, node.lineno))
@@ -101,7 +103,14 @@ def check_layout(srcs: dict[str, tuple[str, bool]]) -> list[str]:
         for target, line in sorted(edges):
             if _layer(target) not in allowed:
                 problems.append(f"{mod}:{line} imports {target} ({layer} may import {sorted(allowed)} only)")
-    # cycles: a depth-first search that reports the path back to a module on the stack
+    problems += cycles(graph)
+    return problems
+
+
+def cycles(graph: dict[str, set[tuple[str, int]]]) -> list[str]:
+    """Every import cycle of ``graph`` (``imports``), as ``cycle: a -> b -> a``."""
+    problems = []
+    # a depth-first search that reports the path back to a module on the stack
     state: dict[str, int] = {}  # 1 on the stack, 2 done
 
     def visit(mod: str, path: list[str]) -> None:
@@ -179,3 +188,23 @@ def test_a_planted_cycle_fails(module, line):
 def test_a_planted_top_level_import_is_caught_too():
     problems = check_layout(_planted("course.toolkit.outputs", "from course.reference import model", at_top=True))
     assert any(p.startswith("course.toolkit.outputs:1 imports course.reference.model") for p in problems), problems
+
+
+# ----- autograder: no import cycle (issue 37: grade_class and dask_grading imported each other) -----
+def test_the_grader_has_no_import_cycle():
+    graph = imports(sources(GRADER), top="autograder")
+    assert "autograder.class_runner" in {t for t, _ in graph["autograder.dask_grading"]}
+    assert cycles(graph) == []
+
+
+@pytest.mark.parametrize("module, line", [
+    # the old circle: the Dask runner building on the command line's module, which imports it
+    ("autograder.dask_grading", "from autograder import grade_class"),
+    # the library reaching its own command line (inside a function, where it used to hide)
+    ("autograder.class_runner", "from autograder import grade_class"),
+])
+def test_a_planted_cycle_in_the_grader_fails(module, line):
+    srcs = dict(sources(GRADER))
+    src, is_pkg = srcs[module]
+    srcs[module] = (src + f"\n\ndef _planted():\n    {line}\n", is_pkg)
+    assert any(p.startswith("cycle:") for p in cycles(imports(srcs, top="autograder"))), line

@@ -12,7 +12,7 @@ own nbgrader_config.py (the instructor's course folder), which it does not repla
   submission, saying which), and the folder may hold at most MAX_SUBMISSION_KB kilobytes
   (CourseDirectory.max_dir_size: nbgrader refuses a larger one, "Directory size is too big");
   a single file over that size is left out of a copy, with a warning (max_file_size).
-  autograder/grade_class.py rejects a notebook over 50 MiB again at grading time.
+  autograder/class_runner.py rejects a notebook over 50 MiB again at grading time.
 """
 import os
 
