@@ -38,7 +38,7 @@ import json
 import sys
 from pathlib import Path
 
-from autograder import database, gpu_points, grade_class, grading
+from autograder import class_runner, database, gpu_points, grading
 
 
 def gradebook_rows(url: str, assignment: str) -> tuple[list[str], dict[str, dict]]:
@@ -46,7 +46,7 @@ def gradebook_rows(url: str, assignment: str) -> tuple[list[str], dict[str, dict
     auto_score, manual_score)) for every submission of ``assignment`` in the gradebook."""
     from nbgrader.api import Gradebook
 
-    course = grade_class.course_id(url, assignment)
+    course = class_runner.course_id(url, assignment)
     with Gradebook(url, course) as gb:
         a = gb.find_assignment(assignment)
         ids = [gc.name for nb in a.notebooks for gc in nb.grade_cells]
@@ -63,7 +63,7 @@ def lateness(url: str, assignment: str) -> tuple[str | None, dict[str, tuple[flo
     penalty)) for every submission after the due date, from the gradebook."""
     from nbgrader.api import Gradebook
 
-    course = grade_class.course_id(url, assignment)
+    course = class_runner.course_id(url, assignment)
     with Gradebook(url, course) as gb:
         a = gb.find_assignment(assignment)
         late = {sub.student.id: (float(sub.total_seconds_late), float(sub.late_submission_penalty or 0))
@@ -82,7 +82,7 @@ def _duration(seconds: float) -> str:
 
 
 def load_report(root: Path, assignment: str) -> dict:
-    path = Path(root) / grade_class.REPORTS / f"{assignment}.json"
+    path = Path(root) / class_runner.REPORTS / f"{assignment}.json"
     try:
         return json.loads(path.read_text(encoding="utf-8")).get("students", {})
     except (OSError, ValueError):
@@ -94,7 +94,7 @@ def summarize(root: Path, assignment: str, url: str) -> str:
     root = Path(root).resolve()
     ids, rows = gradebook_rows(url, assignment)
     report = load_report(root, assignment)
-    submitted = grade_class.students(root, assignment)
+    submitted = class_runner.students(root, assignment)
     out = [f"== {assignment}  ({len(rows)} submissions in the gradebook "
            f"{database.describe(url)})"]
     maximum = {}
@@ -140,9 +140,9 @@ def summarize(root: Path, assignment: str, url: str) -> str:
                      + ([drawn] if draw else []))
         if draw:
             by_family.setdefault(family, []).append(total)
-        if state in (grade_class.FAILED, grade_class.REJECTED, grade_class.INTERRUPTED):
+        if state in (class_runner.FAILED, class_runner.REJECTED, class_runner.INTERRUPTED):
             not_graded.append(f"{student}: {entry.get('reason', '')}")
-        elif state == grade_class.GRADING:
+        elif state == class_runner.GRADING:
             not_graded.append(f"{student}: grading was interrupted (the runner stopped); the "
                               f"gradebook may hold an older or incomplete grade: re-run make autograde")
         incomplete = [gid for gid, (_, _, man, auto, _) in grades.items() if gid not in unrun
@@ -151,11 +151,11 @@ def summarize(root: Path, assignment: str, url: str) -> str:
             not_graded.append(f"{student}: autograded cells without a score ({', '.join(incomplete)}): "
                               f"grading did not finish; re-run make autograde")
         if entry.get("sha256") and student in submitted:
-            now = grade_class.folder_hash(root / "submitted" / student / assignment)
+            now = class_runner.folder_hash(root / "submitted" / student / assignment)
             if now != entry["sha256"]:
                 not_graded.append(f"{student}: resubmitted after it was graded: the score is for the "
                                   f"previous submission; re-run make autograde")
-        if state == grade_class.GRADED:
+        if state == class_runner.GRADED:
             machines.setdefault(entry.get("machine") or "not recorded", []).append(
                 student + (f" ({entry['worker']})" if entry.get("worker") else ""))
             for gid, cell in entry.get("cells", {}).items():
@@ -172,7 +172,7 @@ def summarize(root: Path, assignment: str, url: str) -> str:
     late_lines = [f"{s}: submitted {_duration(secs)} after the due date, penalty {pen:g}"
                   for s, (secs, pen) in sorted(late.items())]
     for title, items in (("not graded", not_graded), ("lost points", lost), ("late", late_lines),
-                         (grade_class.NOT_GRADED_GPU, gpu), ("needs manual grade", manual)):
+                         (class_runner.NOT_GRADED_GPU, gpu), ("needs manual grade", manual)):
         out.append(f"-- {title} ({len(items)})")
         out += [f"  {item}" for item in items] or ["  none"]
     out.append(f"-- graded on ({len(machines)} kind(s) of machine)")
@@ -250,14 +250,14 @@ def main(argv: list[str]) -> int:
     root = (args.root or grading.course_root()).resolve()
     url = database.db_url(root)
     names = args.assignments or [a for a in grading.assignments(root)
-                                 if grade_class.course_id(url, a) is not None
-                                 and (grade_class.students(root, a) or gradebook_rows(url, a)[1])]
+                                 if class_runner.course_id(url, a) is not None
+                                 and (class_runner.students(root, a) or gradebook_rows(url, a)[1])]
     if not names:
         print(f"nothing graded in {database.describe(url)}")
         return 0
     status = 0
     for a in names:
-        if grade_class.course_id(url, a) is None:
+        if class_runner.course_id(url, a) is None:
             print(f"== {a}: not in the gradebook {database.describe(url)}")
             status = 1
             continue
