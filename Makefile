@@ -142,7 +142,7 @@ solutions: venv
 # a reason (autograded/_reports/<a>.json); a failed one does not stop the others; the target
 # fails at the end when any could not be graded.
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)
-# SCHEDULER=tcp://host:8786: grade on that Dask scheduler's workers instead (README, "A class beyond
+# SCHEDULER=tcp://host:8786: grade on that Dask scheduler's workers instead (docs/instructors.md, "A class beyond
 # one machine"; needs COURSE_DB_URL=postgresql://...).
 SCHEDULER ?=
 autograde: release sandbox

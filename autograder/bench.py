@@ -16,7 +16,7 @@ execute seconds (what grading adds to a run of the notebook: the sandbox, the gu
 test, the hidden tests), and the change from the committed record ``benchmarks/autograde_record.json``
 when this machine is of the record's kind (the vector capability torch uses, e.g. AVX512 or AVX2:
 figures from another kind are not comparable, and the table says so). ``--record`` rewrites the record
-from this run. An author who adds a hidden test sees its cost there; the README (*Time*) says when a
+from this run. An author who adds a hidden test sees its cost there; docs/authors.md (*Time*) says when a
 notebook's grading grew by more than 10% and what that bought.
 """
 import argparse

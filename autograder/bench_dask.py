@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
         print(f"{f'local pool, jobs={cores}':<28}{seconds:>9.1f}{60 * size / seconds:>10.1f}{'':>14}  {states}",
               flush=True)
         info = tmp / "scheduler" / "scheduler.json"
-        # started as the README starts them (autograder.dask_grading scheduler / worker)
+        # started as docs/instructors.md starts them (autograder.dask_grading scheduler / worker)
         scheduler = _start([sys.executable, "-m", "autograder.dask_grading", "scheduler", "--host", "127.0.0.1",
                             "--port", "0", "--no-dashboard", "--scheduler-file", str(info)], tmp / "scheduler")
         workers = []

@@ -13,7 +13,7 @@
 ``autograder.grade_class`` and ``autograder.summary`` read the setting through ``db_url``, and
 pass it to every nbgrader command they run (``--CourseDirectory.db_url``), so the config file
 and the scripts cannot disagree. Plain ``nbgrader`` commands typed by hand read
-``nbgrader_config.py``, which should take the same variable (see the README).
+``nbgrader_config.py``, which should take the same variable (see docs/instructors.md).
 """
 from __future__ import annotations
 

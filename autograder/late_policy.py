@@ -43,6 +43,6 @@ class LatePenalty(LateSubmissionPlugin):
 
     @staticmethod
     def describe(per_day: float) -> str:
-        """The policy in one sentence (the summary and the README say it this way)."""
+        """The policy in one sentence (the summary and docs/instructors.md say it this way)."""
         return (f"late work loses {per_day:.0%} of its score for each day or part of a day after "
                 f"the due date, never more than the score")

@@ -20,7 +20,7 @@ What it sets (JupyterHub 6.1.1, every setting checked against its installed sour
   COURSE_HUB_STATE (default /srv/debug-course-hub). The proxy is configurable-http-proxy from
   hub/node_modules (``make proxy``).
 Limits: one machine, local processes; no resource limits per account (a learner's kernel can use
-the whole machine); Kubernetes (KubeSpawner) and ngshare are not tried (README).
+the whole machine); Kubernetes (KubeSpawner) and ngshare are not tried (docs/instructors.md).
 """
 import os
 from pathlib import Path

@@ -56,7 +56,7 @@ def env(bare=False, **extra):
     """This venv first on PATH (nbgrader runs ``alembic``), this checkout first on PYTHONPATH (so
     ``autograder`` and ``course`` are this worktree's in every process), no COURSE_DB_URL.
     ``bare``: no PYTHONPATH and no DASK_* settings at all, as in a fresh shell in the checkout, where
-    the README's commands start the scheduler and the workers."""
+    the commands of docs/instructors.md start the scheduler and the workers."""
     out = {k: v for k, v in os.environ.items() if k not in (database.ENV, "COURSE_ROOT")
            and not (bare and (k == "PYTHONPATH" or k.startswith("DASK_")))}
     out["PATH"] = f"{VENV_BIN}{os.pathsep}{out.get('PATH', '')}"
@@ -75,7 +75,7 @@ def need(what, err):
 # ----------------------------------------------------------------- processes
 
 class Scheduler:
-    """The scheduler as the README starts it (``python -m autograder.dask_grading scheduler``, in
+    """The scheduler as docs/instructors.md starts it (``python -m autograder.dask_grading scheduler``, in
     the checkout, from a bare environment) on 127.0.0.1, a free port, no dashboard; ``tls``: the
     three PEM files' options."""
 
@@ -102,7 +102,7 @@ class Scheduler:
 
 
 def start_worker(address, folder: Path, course: Path, hide: Path | None, extra_env=None, pythonpath=None, tls=()):
-    """A worker as the README starts one (``python -m autograder.dask_grading worker ADDRESS
+    """A worker as docs/instructors.md starts one (``python -m autograder.dask_grading worker ADDRESS
     --root ...``, in the checkout, from a bare environment: a nanny and one one-thread worker),
     grading with a copy of ``course``'s config and solutions as its course root (a toy course:
     ``--root``); ``hide``: a folder it must not see (as root); ``pythonpath``: a folder before the
@@ -525,7 +525,7 @@ def make_certificates(folder: Path) -> dict:
 
 
 def test_one_class_graded_over_tls(toy, coordinators, pg, tmp_path_factory):
-    """The scheduler and a worker started with the README's TLS options (self-made CA and
+    """The scheduler and a worker started with the TLS options of docs/instructors.md (self-made CA and
     certificate, loopback): the scheduler listens on tls:// only, a coordinator with the same three
     options grades the class, one without them cannot connect and grades nothing."""
     base = tmp_path_factory.mktemp("tls")
@@ -553,9 +553,9 @@ def test_one_class_graded_over_tls(toy, coordinators, pg, tmp_path_factory):
 
 
 def test_the_readme_starts_the_cluster_with_the_commands_these_tests_use():
-    """Every by-hand line of the README that starts a scheduler or a worker is
+    """Every by-hand line of docs/instructors.md that starts a scheduler or a worker is
     ``python -m autograder.dask_grading scheduler|worker`` (what ``Scheduler`` and ``start_worker``
-    run here), and its options are ones that command takes: the README cannot drift to a command the
+    run here), and its options are ones that command takes: the page cannot drift to a command the
     tests do not run. Negative control: the old by-hand line (a plain ``dask scheduler``) is caught."""
     import shlex
 
@@ -587,7 +587,7 @@ def test_the_readme_starts_the_cluster_with_the_commands_these_tests_use():
                 out.append(f"options the command does not take: {line}")
         return out
 
-    readme = (grading.REPO / "README.md").read_text(encoding="utf-8")
+    readme = (grading.REPO / "docs" / "instructors.md").read_text(encoding="utf-8")
     lines = starts(readme)
     assert len(lines) >= 4, lines
     assert problems(lines) == []

@@ -1,4 +1,4 @@
-"""examples/own_model.py, the worked example of the README's "Your own model", runs and its healthy
+"""examples/own_model.py, the worked example of docs/toolkit.md's "Your own model", runs and its healthy
 model passes every pre-flight check; its frozen block is named and failed."""
 
 import runpy

@@ -1,6 +1,6 @@
 """Helpers the notebooks' test cells use to grade a learner's work.
 
-The contract every graded exercise follows (README, "The exercise standard"):
+The contract every graded exercise follows (docs/authors.md, "The exercise standard"):
 
 * **A detector is graded like a test suite** (``assert_detector``): quiet on every healthy case,
   firing on every broken one, in the same cell, so an answer that always (or never) fires scores 0.

@@ -656,7 +656,7 @@ class Hidden:
     again in the kernel after the graded call, to re-run the fix. Before the fork no draw exists and
     the registry holds no entry for it: what exists is this record, whose fields (the bug
     included) are plain data in the test cell, so no code of the submission's may run in the kernel
-    while the test does (the grading kernel's guard; README, "How grading is isolated"). The
+    while the test does (the grading kernel's guard; docs/grading-integrity.md). The
     learner's function receives the drawn ``Pipeline``, never this record."""
     answer: str
     seed: int

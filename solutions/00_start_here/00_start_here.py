@@ -24,8 +24,8 @@
 #
 # **Not using `make lab`** (Colab, Kaggle, a JupyterHub)? Install the course into this kernel first,
 # from a cell: `%pip install ./debug-course` from a clone of the repository (restart the kernel if
-# pip upgraded a package that was already imported). The README's paragraph *On a hosted Jupyter*
-# says what was tested; no hosted service was tried.
+# pip upgraded a package that was already imported). The paragraph *On a hosted Jupyter* of
+# `docs/learners.md` says what was tested; no hosted service was tried.
 #
 # **How grading works.** Cells marked `# YOUR CODE HERE` are yours. The cell after each one holds
 # tests: the visible ones run when you run the cell; the autograder adds hidden ones that try your

@@ -1,0 +1,115 @@
+"""The README and docs/: a short README that points each reader to their page, links that resolve,
+and a fact on one page only.
+
+Every relative link of ``README.md`` and ``docs/*.md`` (``[text](path)`` or ``[text](path#anchor)``)
+must name a file of the repository, and an anchor a heading of that file (GitHub's slugs). No line
+of prose longer than 60 characters may appear on two pages (a fact copied instead of linked). Each
+check is a function of the pages' text, so the negative controls below plant a fault in a copy.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+READERS = ["learners.md", "toolkit.md", "instructors.md", "grading-integrity.md", "authors.md"]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def pages(repo: Path = REPO) -> dict[str, str]:
+    """``{path relative to the repository: text}`` for the README and every page of docs/."""
+    out = {"README.md": (repo / "README.md").read_text(encoding="utf-8")}
+    for p in sorted((repo / "docs").glob("*.md")):
+        out[str(p.relative_to(repo))] = p.read_text(encoding="utf-8")
+    return out
+
+
+def _prose(text: str):
+    """The lines of ``text`` outside code fences and tables."""
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside and not line.lstrip().startswith("|"):
+            yield line
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links(texts: dict[str, str], repo: Path = REPO) -> list[str]:
+    problems = []
+    for name, text in texts.items():
+        for target in LINK.findall("\n".join(_prose(text))):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            file = (repo / name).parent / path if path else repo / name
+            rel = str(file.resolve().relative_to(repo)) if file.resolve().is_relative_to(repo) else None
+            if rel is None or not file.exists():
+                problems.append(f"{name}: {target} (no such file)")
+                continue
+            if anchor:
+                body = texts.get(rel) or file.read_text(encoding="utf-8")
+                heads = {slug(h) for h in re.findall(r"^#+ (.*)$", "\n".join(_prose(body)), re.M)}
+                if anchor not in heads:
+                    problems.append(f"{name}: {target} (no heading with that anchor)")
+    return problems
+
+
+def repeated_lines(texts: dict[str, str], longer_than: int = 60) -> list[str]:
+    seen: dict[str, str] = {}
+    problems = []
+    for name, text in texts.items():
+        for line in _prose(text):
+            key = " ".join(line.split())
+            if len(key) <= longer_than:
+                continue
+            if key in seen and seen[key] != name:
+                problems.append(f"{name} repeats {seen[key]}: {key[:80]}")
+            seen.setdefault(key, name)
+    return problems
+
+
+def test_every_link_resolves():
+    assert broken_links(pages()) == []
+
+
+def test_a_fact_lives_on_one_page():
+    assert repeated_lines(pages()) == []
+
+
+def test_the_readme_is_short_and_points_each_reader_to_a_page():
+    readme = pages()["README.md"]
+    assert len(readme.splitlines()) <= 60, "the README is the front page: two commands, the notebooks, the readers' pages"
+    first = readme.splitlines()[:6]
+    assert any(line.startswith("make lab") for line in first) and any(line.startswith("make test") for line in first)
+    for page in READERS:
+        assert f"(docs/{page})" in readme, f"the README links no reader to docs/{page}"
+        assert (REPO / "docs" / page).exists()
+
+
+# ----- negative controls: a planted fault is caught ----------------------------------------------
+@pytest.mark.parametrize("link", ["[x](docs/nowhere.md)", "[x](docs/authors.md#no-such-heading)",
+                                  "[x](../outside.md)"])
+def test_a_planted_broken_link_is_caught(link):
+    texts = pages()
+    texts["README.md"] += f"\nsee {link}\n"
+    assert len(broken_links(texts)) == 1, link
+
+
+def test_a_link_to_a_real_heading_passes():
+    texts = pages()
+    texts["README.md"] += "\nsee [time](docs/authors.md#time)\n"
+    assert broken_links(texts) == []
+
+
+def test_a_planted_copy_of_a_fact_is_caught():
+    texts = pages()
+    line = next(l for l in _prose(texts["docs/authors.md"]) if len(l) > 80)
+    texts["docs/learners.md"] += "\n" + line + "\n"
+    assert repeated_lines(texts) != []
