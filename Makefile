@@ -13,6 +13,7 @@
 #   make summary    class summary from the gradebook: scores per cell, failures, manual grading
 #   make feedback   nbgrader generate_feedback for every autograded assignment
 #   make export     nbgrader export -> grades.csv
+#   make docs       build the documentation site (docs/, the toolkit reference) into .build/site
 #   make bench      print notebook execution and autograde times on this machine
 #   make bench-dask the class through Dask workers against the local pool (submissions/minute)
 #   make hub        the course's JupyterHub on localhost (as root): an instructor and two learner
@@ -43,7 +44,7 @@ SOLUTION_NOTEBOOKS = $(foreach a,$(ASSIGNMENTS),solutions/$(a)/$(a).ipynb)
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: hub proxy duedate
-.PHONY: venv lab test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench bench-dask clean test-browser system-deps sandbox gpu-kernel test-gpu
+.PHONY: venv lab docs test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench bench-dask clean test-browser system-deps sandbox gpu-kernel test-gpu
 
 venv: $(STAMP)
 
@@ -75,6 +76,13 @@ lab-instructor: venv
 	$(LAB) --ServerApp.root_dir="$(CURDIR)"
 
 test: test-unit test-autograde test-notebooks test-browser
+
+# The documentation site (mkdocs.yml): the reader pages of docs/, the README as home page and the
+# toolkit's reference from its docstrings. Strict: a broken link, anchor or reference stops the build.
+# tests/test_docs.py builds it too; tests/browser/test_docs_site.py opens it in Chromium.
+docs: venv
+	$(BIN)/python -m mkdocs build --strict --site-dir .build/site
+	@echo "the site: $(CURDIR)/.build/site/index.html (serve it: $(BIN)/python -m mkdocs serve)"
 
 # pytest-xdist: one worker per core (TEST_JOBS=0 runs in one process). Unit tests are spread by
 # file (a module's fixtures are built once), nbval by notebook (a notebook's cells share a kernel),

@@ -7,21 +7,14 @@ what you do not measure (``None`` is "not measured", never an alert). It returns
 recent history**, never with a universal band (a gradient norm of 3 is normal for one model and a
 disaster for another):
 
-==================  ======================================================  ========================
-kind                fires when                                              default
-==================  ======================================================  ========================
-``non-finite``      any value passed at this step is NaN or +-inf           always on
-``loss-spike``      loss > ``loss_ratio`` x median of the last ``window``   1.5 x, window 20
-                    finite training losses
-``grad-spike``      grad_norm > ``grad_ratio`` x median of the last         3.0 x
-                    ``window`` finite gradient norms
-``throughput-drop`` tokens_per_s < (1 - ``throughput_drop``) x median of    0.5 (half speed)
-                    the last ``window`` finite throughputs
-``val-gap``         val_loss - median of the last ``window`` finite         0.3 nats
-                    training losses > ``val_gap``
-``val-plateau``     this is the ``patience``-th finite validation loss in   patience 3,
-                    a row that is not below the best so far by ``min_delta``  min_delta 1e-3
-==================  ======================================================  ========================
+| kind | fires when | default |
+|---|---|---|
+| ``non-finite`` | any value passed at this step is NaN or +-inf | always on |
+| ``loss-spike`` | loss > ``loss_ratio`` x median of the last ``window`` finite training losses | 1.5 x, window 20 |
+| ``grad-spike`` | grad_norm > ``grad_ratio`` x median of the last ``window`` finite gradient norms | 3.0 x |
+| ``throughput-drop`` | tokens_per_s < (1 - ``throughput_drop``) x median of the last ``window`` finite throughputs | 0.5 (half speed) |
+| ``val-gap`` | val_loss - median of the last ``window`` finite training losses > ``val_gap`` | 0.3 nats |
+| ``val-plateau`` | this is the ``patience``-th finite validation loss in a row that is not below the best so far by ``min_delta`` | patience 3, min_delta 1e-3 |
 
 The ratio alerts and the gap wait until ``min_history`` finite values of what they compare with
 have been seen (default 5), so the first steps of a run cannot fire them.

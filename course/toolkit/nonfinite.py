@@ -25,17 +25,19 @@ The model may return logits, ``(logits, loss)`` (nanoGPT) or an output object wi
 ``ModelOutputError`` (naming what was returned) for anything else; module outputs that are tuples,
 lists or mappings (a Hugging Face submodule's output object) are searched for tensors.
 
-On your own model::
+On your own model:
 
-    with Locator(model, optimizer) as loc:
-        loss = loss_fn(logits_of(model(x)), y)
-        loc.record_loss(loss)
-        loss.backward()
-        loc.record_grads()
-        optimizer.step()
-        loc.record_optimizer()
-        loc.record_params()
-    print(first_nonfinite(loc.events))
+```python
+with Locator(model, optimizer) as loc:
+    loss = loss_fn(logits_of(model(x)), y)
+    loc.record_loss(loss)
+    loss.backward()
+    loc.record_grads()
+    optimizer.step()
+    loc.record_optimizer()
+    loc.record_params()
+print(first_nonfinite(loc.events))
+```
 
 Limits: hooks see **module outputs**, not every operation. An op written inline in a ``forward``
 (``x / temperature``, a hand-written softmax) is seen only through the next module output that
@@ -317,6 +319,11 @@ def _impossible(when: str, stage: str) -> str | None:
 
 @dataclass(frozen=True)
 class Advice:
+    """One leaf of the NaN decision tree: the hypotheses a finding leaves, and the test that separates them.
+
+    ``examples`` names catalogue bugs that first go non-finite there; empty for a leaf no bug reaches.
+    """
+
     hypotheses: tuple[str, ...]
     test: str
     examples: tuple[str, ...] = ()  # catalogue bugs that end here (where course.reference.diagnose.locate puts them)
@@ -421,6 +428,10 @@ def advise(when: str, stage: str) -> Advice:
 
 
 def advice_text(when: str, stage: str) -> str:
+    """``advise(when, stage)`` as text to print: the finding, its hypotheses and the separating test.
+
+    Unlike ``advise``, a combination that cannot happen is not an error: the text says why it cannot.
+    """
     why = _impossible(when, stage) if when in WHEN and stage in STAGES else None
     if why:
         return f"Not a possible first finding: {why}."

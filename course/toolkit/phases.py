@@ -56,17 +56,15 @@ class CostModel:
     For a step of ``B`` windows of ``T`` positions (padded positions included: the hardware does
     the work whether a target is scored or not) and a model of ``n_params`` parameters:
 
-    ============  =====================================================
-    phase         healthy cost (before noise)
-    ============  =====================================================
-    ``data``      ``DATA_PER_POS`` x B x T
-    ``fwd``       ``FWD_PER_POS`` x B x T
-    ``bwd``       2 x the forward cost (backward does about twice the matmul work)
-    ``opt``       ``OPT_PER_PARAM`` x n_params
-    ``log``       ``LOG_BASE`` (one scalar logged per step)
-    ``ckpt``      0 (the healthy run does not checkpoint inside the step)
-    ``eval``      0, plus ``FWD_PER_POS`` per position evaluated (a forward pass)
-    ============  =====================================================
+    | phase | healthy cost (before noise) |
+    |---|---|
+    | ``data`` | ``DATA_PER_POS`` x B x T |
+    | ``fwd`` | ``FWD_PER_POS`` x B x T |
+    | ``bwd`` | 2 x the forward cost (backward does about twice the matmul work) |
+    | ``opt`` | ``OPT_PER_PARAM`` x n_params |
+    | ``log`` | ``LOG_BASE`` (one scalar logged per step) |
+    | ``ckpt`` | 0 (the healthy run does not checkpoint inside the step) |
+    | ``eval`` | 0, plus ``FWD_PER_POS`` per position evaluated (a forward pass) |
 
     **Noise.** Each phase's cost is multiplied by ``exp(N(0, sigma))`` (``sigma`` 0.15: about
     +-15%), and on a fraction ``hiccup`` (0.04) of steps one phase, chosen at random, is slowed

@@ -56,6 +56,8 @@ from .overfit import fit_floor, overfit, plain_step, without_step
 
 @dataclass
 class Check:
+    """One preflight check: its name, whether it passed, what it measured, what a pass proves and what it cannot."""
+
     name: str
     passed: bool
     measured: str
@@ -68,6 +70,8 @@ class Check:
 
 @dataclass
 class PreflightReport:
+    """The checks ``preflight`` ran, in order; ``report["name"]`` reads one, ``ok`` is true when all passed."""
+
     checks: list[Check] = field(default_factory=list)
 
     @property
