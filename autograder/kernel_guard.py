@@ -257,6 +257,7 @@ def install(shell) -> None:
     for owner, attr in PATH_ATTRS:
         refs[f"{owner}.{attr}"] = getattr(refs.get(owner), attr, None)
     streams = {"sys.stdout": sys.stdout, "sys.stderr": sys.stderr}
+    stream_parents = {name: getattr_(stream, "set_parent", None) for name, stream in streams.items()}
     plain = (dict, list, tuple, types.ModuleType, type(None))
     objects, seen = {}, set()
     for k, v in [*refs.items(), *streams.items()]:
@@ -365,6 +366,24 @@ def install(shell) -> None:
             out.append("compile.flags (changed)")
             if fix:
                 shell.compile.flags = flags
+        return out
+
+    def rebound(fix):
+        """``sys.stdout`` / ``sys.stderr`` bound to anything but the kernel's own streams (names);
+        put back when ``fix``. The grader writes to them during a test (what a graded call printed
+        is echoed there): a stream of the submission's would run on the test's frames."""
+        out = []
+        for name, want in streams.items():
+            attr = name.split(".")[1]
+            if getattr_(sys, attr, None) is not want:
+                out.append(f"{name} (rebound)")
+                if fix:
+                    setattr_(sys, attr, want)
+                    # ipykernel tells the stream which request it writes for only when sys.stdout
+                    # is that stream as the request starts: else this cell's output (the guard's
+                    # report too) would go out as the previous request's, and be lost
+                    if stream_parents[name] is not None:
+                        stream_parents[name](getattr_(shell, "parent_header", {}))
         return out
 
     def side_hooks(fix):
@@ -721,21 +740,23 @@ def install(shell) -> None:
                 tampered.append("an input transformer rewrote the grader's control cell")
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
-            return {"stage": "pre", "restored": restore(payload.get("names", [])) + shown,
+            return {"stage": "pre", "restored": restore(payload.get("names", [])) + shown + rebound(True),
                     "tampered": tampered, "removed": removed,
                     "suspended": [f"{label} {describe(x)}" for label, x in added
                                   if label == "custom exception handler" or not library(x)]}
         state["armed"] = None
         saved, added = container_check(True)
-        report = {"stage": "post", "changed": changed() + path_check(True) + traced() + side_hooks(True) +
-                  [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()}
+        during = path_check(True) + traced() + side_hooks(True) + rebound(True) + \
+            [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()
         gc.unfreeze()
         for n, h in state.pop("signals", {}).items():
             try:
                 signal_mod.signal(n, h)
             except (OSError, ValueError, RuntimeError):
                 pass
-        restore([])
+        # what the test's own run changed and the restore put back: a binding (``changed``) or, from
+        # ``pristine``'s records, a function's code, defaults or closure swapped while it ran
+        report = {"stage": "post", "changed": restore([]) + during}
         # post_* callbacks come back at the next cell: in this control cell they would run after
         # its report and could clear it; the rest now, so the next cell is transformed as before
         late = ("post_execute callback", "post_run_cell callback")

@@ -343,7 +343,9 @@ class SandboxedExecute(Execute):
             report = self._guard("post", index)
             changed = None if report is None or report.get("stage") != "post" else report.get("changed", [])
             if changed is None or changed:
-                what = ", ".join(changed) if changed else "the guard did not answer"
+                why = (report or {}).get("error")
+                what = ", ".join(changed) if changed else \
+                    f"the guard failed: {why}" if why else "the guard did not answer"
                 cell.outputs.append(_error("GradingIntegrityError", "something this test relies on "
                                            f"was replaced while it ran ({what}); the test is void"))
         if test:

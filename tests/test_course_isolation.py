@@ -297,7 +297,8 @@ def test_a_private_copy_answers_the_package_not_the_notebook():
 
 
 def test_a_fix_that_chooses_by_the_answer_where_it_can_fails(draws):
-    # apart it cannot read the registry and guesses; the kernel's re-run cannot read it either
+    # apart it cannot read the registry and guesses; the kernel's re-run can read it, too late: its
+    # choice must be the one made apart
     import course.reference.pipeline
 
     def sneaky(p):
@@ -307,7 +308,7 @@ def test_a_fix_that_chooses_by_the_answer_where_it_can_fails(draws):
             return p.replace(loss_fn=course.toolkit.batch.token_cross_entropy)
         return p.replace(**{f: getattr(Pipeline(), f) for f in fields})
     assert sneaky(draws["broken"]).optimizer_factory is course.reference.pipeline.adamw  # the kernel's answer
-    with pytest.raises(AssertionError, match="left every broken part as it was"):
+    with pytest.raises(AssertionError, match="chose differently in the kernel"):
         mystery.check_fix(sneaky, [draws["broken"]], lambda fixed: None)
 
 
@@ -653,3 +654,71 @@ def test_every_draw_runs_well_within_a_parts_stack():
     assert max(deepest.values()) < mystery.PART_STACK // 2, sorted(deepest.items(), key=lambda kv: -kv[1])[:5]
     print("deepest below a part:", sorted(deepest.items(), key=lambda kv: -kv[1])[:3], "of", len(deepest), "bugs")
     assert min(deepest.values()) > 0, "control: the profile must see frames below a part"
+
+
+# ----- learner code the kernel runs during a test: it may read the answers, too late to change one --
+class _RewritingStream:
+    """A stdout planted before the test (red team, run 6): on each write it walks up to
+    ``run_apart`` and tries to replace the graded call's reply (``chunks``) or its result with the
+    right answers, read from the caller's labels."""
+
+    def __init__(self, real):
+        self.real, self.reached = real, []
+
+    def write(self, text):
+        import json
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_name != "run_apart":
+            f = f.f_back
+        if f is not None:
+            here, caller = f.f_locals, f.f_back.f_locals
+            self.reached.append(sorted(here))
+            right = [bad for _, bad in caller.get("labels", [])]
+            for name in ("chunks", "outcomes", "message"):
+                if isinstance(here.get(name), list):
+                    here[name][:] = [json.dumps({"token": here["token"],
+                                                 "results": [{"value": v} for v in right]}).encode()]
+        return self.real.write(text)
+
+    def flush(self):
+        return self.real.flush()
+
+
+def test_a_stream_planted_before_the_test_cannot_rewrite_a_graded_answer(draws, monkeypatch):
+    spy = _RewritingStream(sys.stdout)
+    monkeypatch.setattr(sys, "stdout", spy)
+
+    def says_healthy(pipe):
+        print(".")  # the child's output is echoed in the kernel, through the planted stream
+        return False
+    with pytest.raises(AssertionError, match="did not catch: a broken draw"):
+        _ask(says_healthy, draws)
+    assert spy.reached and "token" in spy.reached[0], "control: the stream ran on run_apart's frame"
+
+
+def test_a_fix_whose_kernel_rerun_reads_the_answer_cannot_rewrite_the_choice_made_apart(draws):
+    reached = []
+
+    def zero_work(pipe):
+        f = sys._getframe(1)
+        try:
+            while f is not None and f.f_code.co_name != "check_fix":
+                f = f.f_back
+        except Sealed:  # apart, where frames are refused: nothing done
+            return pipe
+        if f is None:
+            return pipe
+        here = f.f_locals
+        reached.append(sorted(here))
+        if "drawn" in here:
+            fields = next(allowed for p, allowed in here["drawn"] if p is pipe)
+        else:  # before run 6 the re-run saw the registry's copy, kept to put back after it
+            fields = here["hidden"][id(pipe)][1].touched
+        fixed = pipe.replace(**{name: getattr(Pipeline(), name) for name in fields})
+        if isinstance(here.get("apart"), dict):  # the red team's rewrite of the choice made apart
+            here["apart"].clear()
+            here["apart"].update(mystery.fix_signature(pipe, fixed))
+        return fixed
+    with pytest.raises(AssertionError, match="chose differently in the kernel"):
+        mystery.check_fix(zero_work, [draws["broken"]], lambda fixed: None)
+    assert reached and "drawn" in reached[0], "control: the re-run read check_fix's frame"

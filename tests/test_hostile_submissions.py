@@ -206,6 +206,19 @@ GUARD_CASES = {
     "patch_seed_mystery": (WRONG + "\ntorch.manual_seed = lambda *a, **k: None\nimport torch._dynamo\n"
                            "import course.exercises.mystery\ncourse.exercises.mystery.check_fix = lambda *a, **k: None",
                            ("torch.manual_seed", "course.exercises.mystery.check_fix")),
+    # a stdout of the submission's (red team, run 6: the grader echoes a graded call's output there,
+    # on the test's frames): put back before every test, and named
+    "rebind_stdout": (WRONG + "\nimport sys\nclass Tee:\n    def __init__(self, real):\n        self.real = real\n"
+                              "    def write(self, s):\n        return self.real.write(s)\n"
+                              "    def flush(self):\n        return self.real.flush()\n"
+                              "sys.stdout = Tee(sys.stdout)", "sys.stdout (rebound)"),
+    # a right answer that rebinds stdout, or swaps a package function's code, while the test runs:
+    # the test is void (the kernel runs learner code during a test only where check_fix re-runs a fix)
+    "rebind_stdout_in_call": ("def halve(t):\n    import io, sys\n    sys.stdout = io.StringIO()\n    return t / 2",
+                              ("sys.stdout (rebound)", "replaced while it ran")),
+    "swap_code_in_call": ("def halve(t):\n    import course.exercises.mystery as m\n"
+                          "    m.kept_problems.__code__ = (lambda *a, **k: []).__code__\n    return t / 2",
+                          ("course.exercises.mystery.kept_problems.__code__", "replaced while it ran")),
     # patched inside the graded function, while the test runs: the test is void
     "patch_in_call": ("def halve(t):\n    import math\n    math.isclose = lambda *a, **k: True\n    return t",
                       "GradingIntegrityError: something this test relies on was replaced while it ran "

@@ -558,8 +558,8 @@ _warned_no_fork = [False]
 
 
 def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
-              off: Iterable[Callable] = (), rejects: tuple = ()) -> list[Outcome]:
-    """``[Outcome of encode(case, fn(case)) for case in cases]``, computed in a sealed child
+              off: Iterable[Callable] = (), rejects: tuple = ()) -> tuple[Outcome, ...]:
+    """``(Outcome of encode(case, fn(case)) for case in cases)``, computed in a sealed child
     process that holds no answer (see the module docstring). ``encode`` runs in the child and must
     return JSON data; an exception in ``fn`` or ``encode`` becomes that case's error. ``rejects``:
     exception classes reported as ``"rejected"``. Raises AssertionError when the child dies without
@@ -577,7 +577,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             _warned_no_fork[0] = True
         _restore()
         state = rng_state()
-        return [_call(fn, _realized(c), encode, rejects, state) for c in cases]
+        return _tuple(_call(fn, _realized(c), encode, rejects, state) for c in cases)
     token = _urandom(16).hex()
     result_r, result_w = _pipe()
     out_r, out_w = _pipe()
@@ -666,21 +666,39 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
                     _close(fd)
                 except OSError:
                     pass
-    _warm_up()  # here too, after the child: later graded calls need not import it again
-    text = b"".join(output).decode("utf-8", "replace")
-    if text:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    # The reply is read, checked and turned into the result before anything that is not a bound
+    # primitive runs: echoing the child's output calls the stream's ``write``, and code there would
+    # run on this frame (the reply, the token) and the caller's (the test's expected answers).
     try:
         message = _loads(b"".join(chunks).decode("utf-8"))
     except ValueError:
         message = None
+    del chunks
+    text = b"".join(output).decode("utf-8", "replace")
+    del output
     if not _isinstance(message, dict) or message.get("token") != token:
+        _echo(text)
         raise AssertionError(f"the graded call's process ended without an answer (exit status {status}): "
                              "your code must return, not end the process or write to its pipes")
     if "failed" in message:
+        _echo(text)
         raise AssertionError(f"the graded call could not run: {message['failed']}")
-    return [Outcome(error=r["error"]) if "error" in r else Outcome(value=r["value"])
-            for r in message["results"]]
+    outcomes = _tuple(Outcome(error=r["error"]) if "error" in r else Outcome(value=r["value"])
+                      for r in message["results"])
+    del message
+    _warm_up()  # here too, after the child: later graded calls need not import it again
+    _echo(text)
+    return outcomes
+
+
+def _echo(text: str) -> None:
+    """Print what a graded call printed (its child's stdout and stderr), on the kernel's stdout.
+
+    Called only once the call's result is made (a tuple of frozen ``Outcome``): the stream is the
+    kernel's own during a test (the grading kernel's guard puts back a rebound ``sys.stdout``), and
+    whatever runs in it can no longer change what the call answered."""
+    if text:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def _user_ns():

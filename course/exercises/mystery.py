@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import json
 import math
 import random
 import sys
@@ -54,6 +55,8 @@ from ..toolkit.batch import Batch
 from ..toolkit.guards import SwitchedOff
 from .grading import captured_warnings, switched_off
 from .isolation import Sealed, rng_state, run_apart, set_rng_state
+
+_dumps, _tuple = json.dumps, tuple
 
 HEALTHY = "healthy"
 PART_FIELDS = PARTS  # every field of Pipeline declared with course.reference.pipeline.part
@@ -791,55 +794,61 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
     ``fix_signature`` (which fields it changed, and to what kind of value). The fixed pipeline
     itself cannot cross a process (a part may wrap the original parts, or close over values), so
     ``fix`` runs once more here, from the same random state, with the listed functions switched
-    off and the draw registry emptied (a hidden draw is made here only now, after the graded call,
-    its answer never stored), and its result must have the same signature: a fix that changes
-    other fields, or to other kinds of value, fails. The result must be a plain ``Pipeline``: it
-    is rebuilt from its fields (``plain_pipeline``) before anything reads it, and the rebuilt one
-    is what is compared and trained. What a new value carries (a closure's cells, defaults,
-    attributes) is not compared; the re-run runs in the kernel, which still holds the test cell's
-    source."""
+    off, and its result must have the same signature: a fix that changes other fields, or to other
+    kinds of value, fails. The result must be a plain ``Pipeline``: it is rebuilt from its fields
+    (``plain_pipeline``) before anything reads it, and the rebuilt one is what is compared and
+    trained. What a new value carries (a closure's cells, defaults, attributes) is not compared.
+
+    The re-run and the symptom's training run the learner's code in this process, where the
+    answers are (the test cell's source, each draw's touched fields): that code can read them, but
+    too late to matter. Before it runs, the choice made apart is JSON text and each draw's touched
+    fields a tuple, and the verdict so far a tuple: nothing it can reach changes in place. Swapping a
+    function's code or a module's binding meanwhile voids the test (the grading kernel's guard
+    compares them after it)."""
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
     off = (reveal, draw, make, touched, *off)
-    decided = run_apart(fix, pipes, fix_signature, off=off)
-    state = rng_state()
-    failures = []
-    for i, (case, outcome) in enumerate(zip(pipes, decided)):
-        apart = outcome.get()
+    # What was decided apart, as JSON text: a string, which no code can change in place.
+    decided = _tuple(_dumps(o.get(), sort_keys=True) for o in run_apart(fix, pipes, fix_signature, off=off))
+    # Everything the verdict needs is fixed here, before the fix runs in this process: each draw
+    # as the fix will get it, and the fields its bug touched, as tuples of strings. The re-run and
+    # the symptom's training run the learner's code here, where any frame can be read: it may read
+    # these, but it can change none of them, and the choice they are compared with was made apart.
+    drawn = []
+    for case in pipes:
         if type(case) is Hidden:
             pipe, secret = case._course_realize()
-            allowed = secret.touched
+            drawn.append((pipe, _tuple(secret.touched)))
             del secret
         else:
-            pipe, allowed = case, None
+            drawn.append((case, _tuple(touched(case))))
+    drawn = _tuple(drawn)
+    del pipes
+    state = rng_state()
+    failures = ()
+    for i, ((pipe, allowed), apart) in enumerate(zip(drawn, decided)):
         set_rng_state(state)
-        hidden = dict(_SECRETS)
-        _SECRETS.clear()  # the re-run cannot read the answer here either
-        try:
-            with captured_warnings(), switched_off(*off):
-                fixed = fix(pipe)
-        finally:
-            _SECRETS.update(hidden)
-        problems = []
+        with captured_warnings(), switched_off(*off):
+            fixed = fix(pipe)
         if type(fixed) is Pipeline:
             # read once, at once: whatever an object of the fix does later (a hook run while it is
             # described, object.__setattr__ on the frozen pipeline) changes nothing that is checked
             fixed = Pipeline(**_fields_of(fixed))
-        if fix_signature(pipe, fixed) != apart:
-            problems.append("your fix chose differently in the kernel than in the copy of the kernel "
-                            "where it was graded; a fix must depend only on the pipeline it is given (not on "
-                            "counters, caches, the time or os.urandom)")
+        if _dumps(fix_signature(pipe, fixed), sort_keys=True) != apart:
+            problems = ("your fix chose differently in the kernel than in the copy of the kernel "
+                        "where it was graded; a fix must depend only on the pipeline it is given (not on "
+                        "counters, caches, the time or os.urandom)",)
         elif type(fixed) is not Pipeline:
-            problems.append(_not_a_pipeline(fixed))
+            problems = (_not_a_pipeline(fixed),)
         else:
-            problems = kept_problems(pipe, fixed, allowed)
+            problems = _tuple(kept_problems(pipe, fixed, allowed))
         if not problems:
             with captured_warnings():
                 found = symptom(fixed)
             if found:
-                problems.append(found)
+                problems = (str(found),)
         if problems:
-            failures.append(f"draw {i}: " + "; ".join(problems))
+            failures = failures + (f"draw {i}: " + "; ".join(problems),)
     assert not failures, f"your {what} did not hold up on fresh draws of the same bug: " + " | ".join(failures)
 
 
