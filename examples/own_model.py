@@ -5,9 +5,9 @@
 The model here is one the course did not write: a nanoGPT-style causal language model on
 ``torch.nn.TransformerEncoder`` whose ``forward(idx, targets=None)`` returns ``(logits, loss)``.
 A Hugging Face model works the same way (its output object has ``.logits``), for example
-``transformers.GPT2LMHeadModel(GPT2Config(vocab_size=..., n_layer=2, ...))``. Every check reads the
-model's output through ``course.toolkit.outputs.logits_of``; anything else raises ``ModelOutputError``
-naming what the model returned.
+``transformers.GPT2LMHeadModel(GPT2Config(vocab_size=..., n_layer=2, ...))``. Every check this
+example runs reads the model's output through ``course.toolkit.outputs.logits_of``; anything else
+raises ``ModelOutputError`` naming what the model returned.
 
 What you provide, and what the toolkit assumes of it:
 

@@ -170,3 +170,21 @@ def test_the_batch_contract_catches_logits_of_the_last_position_only():
         check_batch(s.batch, om.V, model=_LastPositionOnly(s.model))
     with pytest.raises(BatchContractError, match="expected"):
         check_batch(s.batch, om.V + 1, model=s.model)
+
+
+@pytest.mark.parametrize("arch", list(om.ARCHS))
+def test_the_probes_the_first_loss_and_the_overfit_read_foreign_outputs(arch):
+    """past/future sensitivity, loss_at_init and overfit take the model's output through logits_of
+    (the two architectures return an output object and a tuple); a causal model moves with its past
+    and not with its future, and overfitting one batch lowers its loss."""
+    from course.toolkit.baselines import loss_at_init
+    from course.toolkit.checks import future_sensitivity, past_sensitivity
+    from course.toolkit.overfit import overfit
+
+    s = om.healthy(arch)
+    vocab = int(s.batch.inputs.max()) + 1
+    assert past_sensitivity(s.model, vocab) > 1e-4
+    assert future_sensitivity(s.model, vocab) < 1e-5
+    first = loss_at_init(s.model, s.batch.inputs, s.batch.targets)
+    losses = overfit(s.model, s.optimizer, s.batch, 20, loss_fn=s.loss_fn)
+    assert abs(losses[0] - first) < 0.5 and losses[-1] < losses[0], (first, losses[:3], losses[-1])

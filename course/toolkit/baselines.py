@@ -22,6 +22,7 @@ import math
 import torch
 
 from .batch import IGNORE
+from .outputs import logits_of
 
 
 def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -50,7 +51,7 @@ def loss_at_init(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Te
     """Mean cross-entropy of ``model`` on one batch, in eval mode, before any update."""
     was = model.training
     model.eval()
-    logits = model(inputs)
+    logits = logits_of(model(inputs))
     model.train(was)
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
 

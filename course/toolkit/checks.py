@@ -235,7 +235,7 @@ def _logit_change(model, ids: torch.Tensor, changed: torch.Tensor) -> torch.Tens
     """Max |logit change| per position between ``ids`` and ``changed`` (both (B, T))."""
     was = model.training
     model.eval()
-    diff = (model(ids) - model(changed)).abs().amax(dim=(0, 2))
+    diff = (logits_of(model(ids)) - logits_of(model(changed))).abs().amax(dim=(0, 2))
     model.train(was)
     return diff
 
@@ -246,13 +246,16 @@ def position_sensitivity(model, vocab: int, seq_len: int = 8, seed: int = 0) -> 
     A model that adds position embeddings moves; one that ignores them scores exactly 0.0. (Swapping
     two context tokens is *not* a test of this: a causal model without positions can still infer
     order, because each position sees a different prefix.)
+
+    It needs a model whose forward takes ``start=`` (the absolute position of the first token), as the
+    course's ``TinyGPT`` does; for another model, shift the positions its own way and compare.
     """
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (16, seq_len), generator=g)
     was = model.training
     model.eval()
     with torch.no_grad():
-        diff = (model(ids) - model(ids, start=seq_len)).abs().max().item()
+        diff = (logits_of(model(ids)) - logits_of(model(ids, start=seq_len))).abs().max().item()
     model.train(was)
     return diff
 

@@ -14,8 +14,11 @@ It does not guess beyond that: a tuple whose first element is not the logits (sa
 logits)``) is the caller's to unpack, with ``loss_fn`` or a wrapper module.
 
 ``preflight``, the first-non-finite locator (``course.toolkit.nonfinite``), ``update_report`` (through the
-step it runs), ``course.toolkit.telemetry.record_model`` and the batch contract's model clause
-(``check_batch(..., model=)``) all read model outputs through this function, and nowhere else.
+step it runs), ``course.toolkit.telemetry.record_model``, the batch contract's model clause
+(``check_batch(..., model=)``), ``overfit`` (its loss wrapped by ``on_logits``), ``loss_at_init`` and
+the sensitivity probes of ``course.toolkit.checks`` all read model outputs through this function.
+``plain_step`` does not: it hands the model's output to the loss it is given (wrap yours with
+``on_logits``, as ``overfit`` and ``preflight`` do).
 
 What it cannot do: check that the tensor it returns *is* the logits of every position. nanoGPT
 returns only the last position's logits when called without targets (``(B, 1, V)``);

@@ -3,8 +3,8 @@
 Overfitting a handful of examples is a test of the *pipeline's ability to fit*, nothing more:
 
 * ``overfit(...)`` trains a model on one fixed batch and returns the loss at every step. With
-  ``step=False`` it runs the same loop without ``optimizer.step()``: the negative control, which
-  must not fit.
+  ``step_fn=without_step(plain_step)`` it runs the same loop without ``optimizer.step()``: the
+  negative control, which must not fit.
 * ``fit_floor(batch)`` is the lowest mean cross-entropy *any* model can reach on that batch: a target
   whose prefix (all inputs up to it) appears in several rows with different next tokens cannot be
   predicted better than the entropy of those tokens. On ordinary data it is close to 0; with
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .batch import IGNORE, Batch, token_cross_entropy
+from .outputs import on_logits
 
 
 def tiny_batch(batch: Batch, n: int = 8) -> Batch:
@@ -124,6 +125,7 @@ def overfit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     Returns ``steps + 1`` losses: ``losses[k]`` is the training loss after ``k`` steps (the model
     stays in train mode, so dropout, if any, is on when the last one is measured).
     """
+    loss_fn = on_logits(loss_fn)  # any output logits_of reads: a tensor, (logits, loss), .logits
     model.train()
     losses = [step_fn(model, optimizer, batch, loss_fn) for _ in range(steps)]
     with torch.no_grad():

@@ -67,8 +67,8 @@ class CostModel:
     | ``eval`` | 0, plus ``FWD_PER_POS`` per position evaluated (a forward pass) |
 
     **Noise.** Each phase's cost is multiplied by ``exp(N(0, sigma))`` (``sigma`` 0.15: about
-    +-15%), and on a fraction ``hiccup`` (0.04) of steps one phase, chosen at random, is slowed
-    ``U(3, 8)`` times: a healthy run on a shared machine has isolated slow steps, and a detector
+    +-15%), and on a fraction ``hiccup`` (0.04) of steps one of the five phases a healthy step
+    runs (``data`` to ``log``), chosen at random, is slowed ``U(3, 8)`` times: a healthy run on a shared machine has isolated slow steps, and a detector
     must stay quiet on them. The first step is 3 times slower in ``fwd`` and ``bwd`` (first-call
     allocation). Everything is drawn from ``random.Random(seed)``: the same seed gives the same trace.
 
