@@ -1,11 +1,12 @@
 """MkDocs hooks (mkdocs.yml): pages of the site that are made from the repository, not written twice.
 
 * The home page is the README itself. It links the reader pages as ``docs/learners.md``; on the site
-  the home page sits beside them, so those links lose their ``docs/`` prefix. Nothing else changes.
+  the home page sits beside them, so those links lose their ``docs/`` prefix, and the sentence that
+  points to the site links the toolkit reference instead. Nothing else changes.
 * ``reference/toolkit.md`` is the toolkit's API reference: one section per module of
   ``course/toolkit``, each rendered by mkdocstrings from the module's docstrings. A new module
-  appears without anyone listing it; one without a docstring fails the strict build (mkdocstrings
-  then has nothing to say of it, and ``tests/test_docs.py`` checks every public name is documented).
+  appears without anyone listing it. A public function or class without a docstring does not fail
+  the build (it is shown by its signature alone); ``tests/test_docs.py`` fails on it.
 """
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLKIT = REPO / "course" / "toolkit"
 
 
+SITE_SENTENCE = "in the documentation site that `make docs` builds"
+
+
 def home_page_text(readme: str) -> str:
-    """The README's text with its links into docs/ made relative to the site's root."""
-    return re.sub(r"\]\(docs/", "](", readme)
+    """The README's text with its links into docs/ made relative to the site's root, and the
+    sentence that sends engineers to the site linked to the reference (on the site, they are there)."""
+    text = re.sub(r"\]\(docs/", "](", readme)
+    return text.replace(SITE_SENTENCE, "in the [toolkit reference](reference/toolkit.md) of this site")
 
 
 def toolkit_modules(package: Path = TOOLKIT) -> list[str]:

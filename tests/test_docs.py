@@ -164,6 +164,8 @@ def test_the_site_builds_strict_and_its_home_page_is_the_readme(site):
         html = page.replace(".md", ".html")
         assert (site / html).exists(), f"the site has no {html}"
         assert f'href="{html}"' in home, f"the home page does not link {html} (README links docs/{page})"
+    assert 'href="reference/toolkit.html"' in home, \
+        "the home page does not link the toolkit reference (docs/site_hooks.py: SITE_SENTENCE)"
 
 
 def test_the_reference_documents_every_public_function_and_class(site):
