@@ -47,9 +47,11 @@ ordinary ways of making a test pass by replacing what it calls or how IPython ru
 """
 import ast
 import builtins
+import datetime
 import gc
 import hashlib
 import importlib.abc
+import io
 import json
 import os
 import sys
@@ -266,6 +268,21 @@ def install(shell) -> None:
             objects[k] = v
             seen.add(id(v))
     kernel = refs["shell.kernel"]
+    # The kernel's own I/O objects, every attribute as first seen (not only their methods): the
+    # grader writes through them during a test, its guard's report included, so an object of the
+    # submission's planted in one (a stream's ``echo``, a wrapped lock, a session's signer) would
+    # run there, on the test's frames (red team, run 7)
+    pub_thread = getattr(sys.stdout, "pub_thread", None)
+    io_objects = {}
+    for name, obj in (("sys.stdout", sys.stdout), ("sys.stderr", sys.stderr),
+                      ("shell.kernel.session", getattr(kernel, "session", None)),
+                      ("sys.stdout.pub_thread", pub_thread),
+                      ("shell.displayhook", getattr(shell, "displayhook", None)),
+                      ("shell.display_pub", getattr(shell, "display_pub", None))):
+        if obj is not None and isinstance(getattr(obj, "__dict__", None), dict):
+            io_objects[name] = (obj, dict(obj.__dict__))
+    buffers_factory = {name: getattr(d.get("_buffers"), "default_factory", None)
+                       for name, (_, d) in io_objects.items()}
     tables = {f"kernel.{t}": (getattr(kernel, t), dict(getattr(kernel, t)))
               for t in ("shell_handlers", "control_handlers") if isinstance(getattr(kernel, t, None), dict)}
     # CustomTB and its exception tuple are the custom-exception family (suspended, below);
@@ -384,6 +401,66 @@ def install(shell) -> None:
                     # report too) would go out as the previous request's, and be lost
                     if stream_parents[name] is not None:
                         stream_parents[name](getattr_(shell, "parent_header", {}))
+        return out
+
+    # message headers carry their date as a datetime (jupyter_client): exactly that type, no subclass
+    plain_types = (type(None), bool, int, float, complex, str, bytes, datetime.datetime)
+
+    def plain(v, depth=0):
+        """Data that runs nothing when the kernel uses it: builtin scalars and containers of them."""
+        kind = type_(v)
+        if kind in plain_types:
+            return True
+        if depth > 3:
+            return False
+        if kind in (list, tuple, set, frozenset):
+            return all(plain(x, depth + 1) for x in v)
+        if kind is dict:
+            return all(plain(k, depth + 1) and plain(x, depth + 1) for k, x in v.items())
+        return False
+
+    def io_state_ok(name, key, value):
+        """A change the kernel itself makes to an attribute of its I/O objects between cells."""
+        if plain(value):
+            return True
+        if key == "write":  # rebound by IPython's output capture: a library function
+            return library(value)
+        if key == "_buffers":  # a fresh buffer per request, of the kind it had
+            return type_(value).__name__ == "defaultdict" and value.default_factory is buffers_factory[name] \
+                and all(type_(b) is io.StringIO for b in value.values())
+        return name == "shell.displayhook" and key in ("_", "__", "___")  # the last results shown
+
+    def io_check(fix):
+        """Attributes of the kernel's I/O objects that the submission replaced or added (names),
+        and callables it scheduled on the I/O thread; put back / removed when ``fix``."""
+        out = []
+        for name, (obj, want) in io_objects.items():
+            d = obj.__dict__
+            for k in list_(d):
+                v = d[k]
+                if want.get(k, _MISSING) is v or io_state_ok(name, k, v):
+                    continue
+                out.append(f"{name}.{k} ({'replaced' if k in want else 'added'})")
+                if fix:
+                    if k in want:
+                        d[k] = want[k]
+                    else:
+                        del d[k]
+            for k in want:
+                if k not in d:
+                    out.append(f"{name}.{k} (deleted)")
+                    if fix:
+                        d[k] = want[k]
+        events = getattr_(pub_thread, "_events", None)
+        if events is not None:
+            foreign = [e for e in list_(events) if not library(e)]
+            for e in foreign:
+                out.append(f"a callable scheduled on the I/O thread ({describe(e)})")
+                if fix:
+                    try:
+                        events.remove(e)
+                    except ValueError:
+                        pass
         return out
 
     def side_hooks(fix):
@@ -591,8 +668,25 @@ def install(shell) -> None:
         waitpid_(pid, 0)
         return sorted(set(seen))
 
+    def submission_callable(c):
+        """A callable whose code the submission wrote (a function, a bound method, a partial of
+        one, or an object of a class of its own)."""
+        for _ in range(4):
+            inner = getattr_(c, "func", None)  # functools.partial
+            if inner is None:
+                break
+            c = inner
+        c = getattr_(c, "__func__", c)
+        code = getattr_(c, "__code__", None)
+        if code is not None:
+            return submission_file(code.co_filename)
+        run = getattr_(type_(c), "__call__", None)
+        code = getattr_(run, "__code__", None)
+        return code is not None and submission_file(code.co_filename)
+
     def running_threads():
-        """Threads other than this one that are running the submission's code."""
+        """Threads other than this one that are running the submission's code, or will: a thread
+        whose target (or class's ``run``) is the submission's, sleeping in a library wait."""
         out = []
         me = threading.get_ident()
         for ident, frame in sys._current_frames().items():
@@ -604,6 +698,38 @@ def install(shell) -> None:
                     out.append(f"a thread running {f.f_code.co_qualname} (started by the submission)")
                     break
                 f = f.f_back
+        for t in threading.enumerate():
+            if t.ident == me or not t.is_alive():
+                continue
+            target = t.__dict__.get("_target") or t.__dict__.get("function")
+            run = getattr_(type_(t).run, "__code__", None)
+            if (target is not None and submission_callable(target)) or \
+                    (run is not None and submission_file(run.co_filename)):
+                what = f"a thread that will run {describe(target if target is not None else type_(t).run)}"
+                if what not in [o.replace("(started by the submission)", "").strip() for o in out]:
+                    out.append(what + " (started by the submission)")
+        return out
+
+    def loop_callbacks(fix):
+        """Callbacks of the submission's waiting on the kernel's event loops (this thread's and the
+        I/O thread's): they would run during the test; cancelled when ``fix``."""
+        out = []
+        loops = [getattr_(getattr_(pub_thread, "io_loop", None), "asyncio_loop", None)]
+        try:
+            import asyncio
+            loops.append(asyncio.get_running_loop())
+        except RuntimeError:
+            pass
+        for loop in loops:
+            if loop is None:
+                continue
+            handles = list_(getattr_(loop, "_ready", ())) + list_(getattr_(loop, "_scheduled", ()))
+            for h in handles:
+                parts = [getattr_(h, "_callback", None), *(getattr_(h, "_args", None) or ())]
+                if any(callable_(x) and submission_callable(x) for x in parts):
+                    out.append(f"a callback scheduled on the kernel's event loop ({describe(parts[0])})")
+                    if fix:
+                        h.cancel()
         return out
 
     def suspend_signals():
@@ -740,13 +866,15 @@ def install(shell) -> None:
                 tampered.append("an input transformer rewrote the grader's control cell")
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
-            return {"stage": "pre", "restored": restore(payload.get("names", [])) + shown + rebound(True),
+            return {"stage": "pre", "restored": restore(payload.get("names", [])) + shown + rebound(True) +
+                    io_check(True) + loop_callbacks(True),
                     "tampered": tampered, "removed": removed,
                     "suspended": [f"{label} {describe(x)}" for label, x in added
                                   if label == "custom exception handler" or not library(x)]}
         state["armed"] = None
         saved, added = container_check(True)
-        during = path_check(True) + traced() + side_hooks(True) + rebound(True) + \
+        during = path_check(True) + traced() + side_hooks(True) + rebound(True) + io_check(True) + \
+            loop_callbacks(True) + \
             [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()
         gc.unfreeze()
         for n, h in state.pop("signals", {}).items():

@@ -219,6 +219,20 @@ GUARD_CASES = {
     "swap_code_in_call": ("def halve(t):\n    import course.exercises.mystery as m\n"
                           "    m.kept_problems.__code__ = (lambda *a, **k: []).__code__\n    return t / 2",
                           ("course.exercises.mystery.kept_problems.__code__", "replaced while it ran")),
+    # an object planted in the kernel's own stream (red team, run 7: sys.stdout.echo): the guard's
+    # report, written as the test cell starts, ran it with the test's source on the stack. Here it
+    # makes a wrong halve right once it has seen a test; put back before every test, it never does
+    "stream_echo": ("import sys\nseen = []\nclass Echo:\n    def write(self, s):\n"
+                    "        f = sys._getframe(1)\n        while f is not None:\n"
+                    "            if 'allclose(halve' in str(f.f_locals.get('cell', '')):\n"
+                    "                seen.append(1)\n            f = f.f_back\n        return len(s)\n"
+                    "    def flush(self):\n        pass\nsys.stdout.echo = Echo()\n"
+                    "def halve(t):\n    return t / 2 if seen else t", "sys.stdout.echo (replaced)"),
+    # code that waits to run during the test: a timer thread, a callback on the kernel's event loop
+    "timer_thread": (WRONG + "\nimport threading\nthreading.Timer(600, lambda: None).start()",
+                     "a thread that will run"),
+    "loop_callback": (WRONG + "\nimport asyncio\nasyncio.get_event_loop().call_later(600, lambda: None)",
+                      "a callback scheduled on the kernel's event loop"),
     # patched inside the graded function, while the test runs: the test is void
     "patch_in_call": ("def halve(t):\n    import math\n    math.isclose = lambda *a, **k: True\n    return t",
                       "GradingIntegrityError: something this test relies on was replaced while it ran "
