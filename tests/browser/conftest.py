@@ -198,18 +198,29 @@ def lab(chromium_path, tmp_path_factory) -> Lab:
 
 
 @pytest.fixture(scope="session")
-def browser(chromium_path, tmp_path_factory):
+def playwright_driver(chromium_path):
+    """The one Playwright driver of this test process.
+
+    Playwright's sync API refuses a second ``sync_playwright()`` while one is open in the same
+    process (its event loop counts as running), so every test that needs a browser takes it
+    from here instead of starting its own.
+    """
     from playwright.sync_api import sync_playwright
-    profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as p:
-        # A persistent context is the only way to give Chromium its own fresh user-data-dir.
-        context = p.chromium.launch_persistent_context(
-            str(profile), executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": 1400, "height": 1000})
-        try:
-            yield context
-        finally:
-            context.close()
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_driver, chromium_path, tmp_path_factory):
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    # A persistent context is the only way to give Chromium its own fresh user-data-dir.
+    context = playwright_driver.chromium.launch_persistent_context(
+        str(profile), executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True,
+        viewport={"width": 1400, "height": 1000})
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @pytest.fixture

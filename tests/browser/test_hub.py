@@ -183,9 +183,7 @@ def _run(user: str, cmd: list[str], env: dict, cwd=None, ok: bool = True) -> str
     return done.stdout
 
 
-def test_a_class_on_the_hub(requirements):
-    from playwright.sync_api import sync_playwright
-
+def test_a_class_on_the_hub(requirements, playwright_driver):
     t0 = time.monotonic()
     tag = "dch" + secrets.token_hex(2)
     inst, ada, bo, cy, dee = (f"{tag}-{r}" for r in ("inst", "ada", "bo", "cy", "dee"))
@@ -208,90 +206,90 @@ def test_a_class_on_the_hub(requirements):
         the_hub.start()
         timings["set-up and hub start"] = time.monotonic() - t0
 
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=requirements, args=CHROMIUM_ARGS, headless=True)
-            sessions = {}
-            try:
-                for name in (bo, ada):
-                    s = sessions[name] = Learner(browser, the_hub, name, passwords[name])
-                    s.login()
-                    s.click("released_assignments_list", "Fetch",
-                            lambda s=s: s.page.locator("#fetched_assignments_list", has_text=A).count() > 0)
-                timings["two logins and fetches"] = time.monotonic() - t0 - sum(timings.values())
-                answers = _solution_answers()
-                s = sessions[bo]
-                release = s.read_notebook()
-                assert _sources(release) == _sources(json.loads(grading.release_path(A).read_text())), \
-                    "bo fetched something else than the release"
-                # bo first tries two submissions nbgrader refuses: another notebook's name (the
-                # release's missing), a folder over the size limit; nothing reaches the exchange
-                s.api("DELETE", f"contents/{A}/{A}.ipynb")
-                s.save_notebook(json.loads(grading.release_path("01_baselines").read_text()),
-                                name="01_baselines.ipynb")
-                refused_name = s.submit_refused()
-                s.api("DELETE", f"contents/{A}/01_baselines.ipynb")
-                s.save_notebook(release)
-                big = Path(pwd.getpwnam(bo).pw_dir) / A / "data.bin"
-                _run(bo, ["truncate", "-s", "60M", str(big)], hub.user_env(bo))
-                refused_size = s.submit_refused()
-                _run(bo, ["rm", str(big)], hub.user_env(bo))
-                refused_left = sorted(p.name for p in (exchange / COURSE / "inbound").iterdir())
-                # bo: the solution's answers first, then the untouched release (collected: 0)
-                s.save_notebook(grading.edit_cells(release, answers))
-                s.submit()
-                s.save_notebook(release)
-                s.submit()
-                # the due date, between bo's submissions and ada's: where nbgrader keeps it
-                due = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-                time.sleep(1)
-                _run(inst, [PY, "-m", "nbgrader", "db", "assignment", "add", A, f"--duedate={due}"], ienv, course)
-                # ada: the untouched release first, then the solution's answers (collected: 10, late)
-                s = sessions[ada]
-                release = s.read_notebook()
-                s.submit()
-                s.save_notebook(grading.edit_cells(release, answers))
-                s.submit()
-                timings["work and submissions"] = time.monotonic() - t0 - sum(timings.values())
+        # the process's one Playwright driver (conftest): a second one would be refused
+        browser = playwright_driver.chromium.launch(executable_path=requirements, args=CHROMIUM_ARGS, headless=True)
+        sessions = {}
+        try:
+            for name in (bo, ada):
+                s = sessions[name] = Learner(browser, the_hub, name, passwords[name])
+                s.login()
+                s.click("released_assignments_list", "Fetch",
+                        lambda s=s: s.page.locator("#fetched_assignments_list", has_text=A).count() > 0)
+            timings["two logins and fetches"] = time.monotonic() - t0 - sum(timings.values())
+            answers = _solution_answers()
+            s = sessions[bo]
+            release = s.read_notebook()
+            assert _sources(release) == _sources(json.loads(grading.release_path(A).read_text())), \
+                "bo fetched something else than the release"
+            # bo first tries two submissions nbgrader refuses: another notebook's name (the
+            # release's missing), a folder over the size limit; nothing reaches the exchange
+            s.api("DELETE", f"contents/{A}/{A}.ipynb")
+            s.save_notebook(json.loads(grading.release_path("01_baselines").read_text()),
+                            name="01_baselines.ipynb")
+            refused_name = s.submit_refused()
+            s.api("DELETE", f"contents/{A}/01_baselines.ipynb")
+            s.save_notebook(release)
+            big = Path(pwd.getpwnam(bo).pw_dir) / A / "data.bin"
+            _run(bo, ["truncate", "-s", "60M", str(big)], hub.user_env(bo))
+            refused_size = s.submit_refused()
+            _run(bo, ["rm", str(big)], hub.user_env(bo))
+            refused_left = sorted(p.name for p in (exchange / COURSE / "inbound").iterdir())
+            # bo: the solution's answers first, then the untouched release (collected: 0)
+            s.save_notebook(grading.edit_cells(release, answers))
+            s.submit()
+            s.save_notebook(release)
+            s.submit()
+            # the due date, between bo's submissions and ada's: where nbgrader keeps it
+            due = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+            time.sleep(1)
+            _run(inst, [PY, "-m", "nbgrader", "db", "assignment", "add", A, f"--duedate={due}"], ienv, course)
+            # ada: the untouched release first, then the solution's answers (collected: 10, late)
+            s = sessions[ada]
+            release = s.read_notebook()
+            s.submit()
+            s.save_notebook(grading.edit_cells(release, answers))
+            s.submit()
+            timings["work and submissions"] = time.monotonic() - t0 - sum(timings.values())
 
-                # by nbgrader's command line (no server to start): cy a corrupt notebook, dee
-                # another assignment's notebook under this one's name
-                release_text = grading.release_path(A).read_text()
-                for name, text in ((cy, release_text[:5000]), (dee, grading.release_path("01_baselines").read_text())):
-                    env = hub.user_env(name, COURSE_EXCHANGE=exchange)
-                    home = Path(pwd.getpwnam(name).pw_dir)
-                    _run(name, [PY, "-m", "nbgrader", "fetch_assignment", A, f"--course={COURSE}"], env)
-                    (tmp / f"{name}.ipynb").write_text(text)
-                    os.chmod(tmp / f"{name}.ipynb", 0o644)
-                    _run(name, ["cp", str(tmp / f"{name}.ipynb"), str(home / A / f"{A}.ipynb")], env)
-                    _run(name, [PY, "-m", "nbgrader", "submit", A, f"--course={COURSE}"], env, home)
+            # by nbgrader's command line (no server to start): cy a corrupt notebook, dee
+            # another assignment's notebook under this one's name
+            release_text = grading.release_path(A).read_text()
+            for name, text in ((cy, release_text[:5000]), (dee, grading.release_path("01_baselines").read_text())):
+                env = hub.user_env(name, COURSE_EXCHANGE=exchange)
+                home = Path(pwd.getpwnam(name).pw_dir)
+                _run(name, [PY, "-m", "nbgrader", "fetch_assignment", A, f"--course={COURSE}"], env)
+                (tmp / f"{name}.ipynb").write_text(text)
+                os.chmod(tmp / f"{name}.ipynb", 0o644)
+                _run(name, ["cp", str(tmp / f"{name}.ipynb"), str(home / A / f"{A}.ipynb")], env)
+                _run(name, [PY, "-m", "nbgrader", "submit", A, f"--course={COURSE}"], env, home)
 
-                # the instructor: collect, grade (sandboxed class runner), feedback out
-                py_m = [PY, "-m"]
-                collect = _run(inst, py_m + ["nbgrader", "collect", A], ienv, course)
-                graded = hub.as_user(inst, py_m + ["autograder.grade_class", A, "--root", str(course),
-                                                   "--jobs", "2"], cwd=course, env=ienv)
-                summary = _run(inst, py_m + ["autograder.summary", A, "--root", str(course)], ienv, course)
-                _run(inst, py_m + ["nbgrader", "export", "--to", str(course / "grades.csv")], ienv, course)
-                _run(inst, py_m + ["nbgrader", "generate_feedback", A], ienv, course)
-                _run(inst, py_m + ["nbgrader", "release_feedback", A], ienv, course)
-                timings["collect, grade, feedback"] = time.monotonic() - t0 - sum(timings.values())
+            # the instructor: collect, grade (sandboxed class runner), feedback out
+            py_m = [PY, "-m"]
+            collect = _run(inst, py_m + ["nbgrader", "collect", A], ienv, course)
+            graded = hub.as_user(inst, py_m + ["autograder.grade_class", A, "--root", str(course),
+                                               "--jobs", "2"], cwd=course, env=ienv)
+            summary = _run(inst, py_m + ["autograder.summary", A, "--root", str(course)], ienv, course)
+            _run(inst, py_m + ["nbgrader", "export", "--to", str(course / "grades.csv")], ienv, course)
+            _run(inst, py_m + ["nbgrader", "generate_feedback", A], ienv, course)
+            _run(inst, py_m + ["nbgrader", "release_feedback", A], ienv, course)
+            timings["collect, grade, feedback"] = time.monotonic() - t0 - sum(timings.values())
 
-                # each graded learner fetches their feedback and opens it
-                pages = {}
-                for name in (ada, bo):
-                    s = sessions[name]
-                    s.click("submitted_assignments_list", "Fetch Feedback",
-                            lambda s=s: s.page.locator("#submitted_assignments_list",
-                                                       has_text="view feedback").count() > 0)
-                    listing = json.loads(s.api("GET", f"contents/{A}/feedback")["text"])["content"]
-                    stamps = sorted(e["name"] for e in listing)
-                    s.page.goto(f"{the_hub.url}/user/{name}/files/{A}/feedback/{stamps[-1]}/{A}.html")
-                    pages[name] = (stamps, s.page.content())
-                timings["feedback fetched"] = time.monotonic() - t0 - sum(timings.values())
-            finally:
-                for s in sessions.values():
-                    s.close()
-                browser.close()
+            # each graded learner fetches their feedback and opens it
+            pages = {}
+            for name in (ada, bo):
+                s = sessions[name]
+                s.click("submitted_assignments_list", "Fetch Feedback",
+                        lambda s=s: s.page.locator("#submitted_assignments_list",
+                                                   has_text="view feedback").count() > 0)
+                listing = json.loads(s.api("GET", f"contents/{A}/feedback")["text"])["content"]
+                stamps = sorted(e["name"] for e in listing)
+                s.page.goto(f"{the_hub.url}/user/{name}/files/{A}/feedback/{stamps[-1]}/{A}.html")
+                pages[name] = (stamps, s.page.content())
+            timings["feedback fetched"] = time.monotonic() - t0 - sum(timings.values())
+        finally:
+            for s in sessions.values():
+                s.close()
+            browser.close()
 
         # ---- what each learner was told, and got
         assert "missing notebooks" in refused_name and f"{A}.ipynb" in refused_name, refused_name
