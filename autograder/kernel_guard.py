@@ -214,6 +214,8 @@ def install(shell) -> None:
                 def exec_module(module):
                     inner(module)
                     snapshot(name, module)
+                    for then in after_import:
+                        then()
                     if pristine_record is not None:
                         pristine_record()
                     if name == "course.exercises.isolation":
@@ -239,6 +241,7 @@ def install(shell) -> None:
         if callable_(warm):
             warm()
 
+    after_import = []  # more to record after a guarded import (the modules' specs, below)
     sys.meta_path.insert(0, Hook())
     if "course.exercises.isolation" in modules:  # imported above, with the student id; after the
         # hook, so what torch._dynamo's import rebinds in torch is adopted as the library's own
@@ -484,6 +487,172 @@ def install(shell) -> None:
                 shell.InteractiveTB.set_mode(xmode)
         return out
 
+    # ---- the import machinery: what CPython reads or calls when a test imports a module -------
+    # Every ``import x`` / ``from x import y`` of a module already imported reads
+    # ``x.__spec__._initializing`` (and ``__path__``, and a module ``__getattr__`` for a missing
+    # name); a module not yet imported goes through ``sys.meta_path``, ``sys.path_hooks``,
+    # ``sys.path_importer_cache`` and importlib's own functions and classes. An object of the
+    # submission's in any of them would run on the test's frames (red team, run 8: a ModuleSpec
+    # subclass whose ``_initializing`` property read the test cell's source at its first import).
+    import asyncio
+    running_loop = asyncio.get_running_loop
+    ModuleType_, FunctionType_ = types.ModuleType, types.FunctionType
+    module_dict = ModuleType_.__dict__["__dict__"].__get__  # a module's namespace, whatever its class
+    type_dict = type.__dict__["__dict__"].__get__
+    type_mro = type.__dict__["__mro__"].__get__
+    object_dict = object.__getattribute__
+    bootstrap = [m for m in (modules.get("_frozen_importlib"), modules.get("_frozen_importlib_external"))
+                 if m is not None]
+    ModuleSpec_ = type_(sys.__spec__)
+    import_code = {(m, k): v for m in bootstrap for k, v in vars(m).items() if codeish(v)}
+    import_classes = {v: {k: x for k, x in vars(v).items() if codeish(x) or hasattr(type_(x), "__get__")}
+                      for m in bootstrap for v in vars(m).values()
+                      if isinstance(v, type) and getattr(v, "__module__", "") in
+                      ("_frozen_importlib", "_frozen_importlib_external")}
+    import_lists = {"sys.meta_path": sys.meta_path, "sys.path_hooks": sys.path_hooks,
+                    "sys.path_importer_cache": sys.path_importer_cache, "sys.path": sys.path}
+    module_specs = {}  # module name -> its spec as first seen clean (install, and each guarded import)
+
+    def codes_of(x):
+        """The code objects behind a class attribute, without running anything of its own."""
+        kind = type_(x)
+        if kind is FunctionType_:
+            return (x.__code__,)
+        if kind is staticmethod or kind is classmethod:
+            return codes_of(x.__func__)
+        if kind is property:
+            return tuple_(c for f in (x.fget, x.fset, x.fdel) if f is not None for c in codes_of(f))
+        return ()
+
+    def foreign_class(cls, memo):
+        """Whether class ``cls`` (or one it inherits from) has a method of the submission's."""
+        verdict = memo.get(cls)
+        if verdict is None:
+            memo[cls] = False  # (a class reached again while it is being looked at)
+            verdict = False
+            for c in type_mro(cls):
+                for x in type_dict(c).values():
+                    if any(submission_file(code.co_filename) for code in codes_of(x)) or \
+                            (type_(x) not in plain_types and type_(x) is not FunctionType_ and
+                             not isinstance_(x, type) and foreign_class(type_(x), memo)):
+                        verdict = True
+                        break
+                if verdict:
+                    break
+            memo[cls] = verdict
+        return verdict
+
+    def foreign(v, memo):
+        """Whether ``v`` is code of the submission's, or an object of a class with such code."""
+        kind = type_(v)
+        if kind in plain_types:
+            return False
+        if kind is FunctionType_ or kind is types.MethodType:
+            return submission_callable(v)
+        if kind is list or kind is tuple:
+            return any(foreign(x, memo) for x in v)
+        return foreign_class(v if isinstance_(v, type) else kind, memo)
+
+    def spec_ok(spec, memo):
+        if spec is None:
+            return True
+        if type_(spec) is not ModuleSpec_:
+            return False
+        d = object_dict(spec, "__dict__")
+        if "_initializing" in d and type_(d["_initializing"]) is not bool:
+            return False
+        return not any(foreign(v, memo) for v in d.values())
+
+    def clean_spec(spec, memo):
+        d = object_dict(spec, "__dict__")
+        for k, v in list_(d.items()):
+            if (k == "_initializing" and type_(v) is not bool) or foreign(v, memo):
+                d[k] = False if k == "_initializing" else None
+
+    def record_specs():
+        memo = {}
+        for name, m in list_(modules.items()):
+            if name not in module_specs and type_(m) is ModuleType_:
+                spec = module_dict(m).get("__spec__")
+                if type_(spec) is ModuleSpec_ and spec_ok(spec, memo):
+                    module_specs[name] = spec
+
+    def import_check(fix):
+        """What the submission put where the import machinery reads or calls it (names); put
+        back or removed when ``fix``."""
+        out, memo = [], {}
+        if sys.__dict__.get("modules") is not modules:
+            out.append("sys.modules (rebound)")
+            if fix:
+                sys.modules = modules
+        for label, want in import_lists.items():
+            attr = label.split(".", 1)[1]
+            if sys.__dict__.get(attr) is not want:
+                out.append(f"{label} (rebound)")
+                if fix:
+                    setattr_(sys, attr, want)
+        for label in ("sys.meta_path", "sys.path_hooks"):
+            lst = import_lists[label]
+            bad = [x for x in list_(lst) if foreign(x, memo)]
+            out += [f"{label}: {describe(x)}" for x in bad]
+            if fix and bad:
+                lst[:] = [x for x in lst if all(x is not b for b in bad)]
+        cache = import_lists["sys.path_importer_cache"]
+        for k, v in list_(cache.items()):
+            if foreign(k, memo) or foreign(v, memo):
+                out.append(f"sys.path_importer_cache entry ({describe(type_(k))}: {describe(type_(v))})")
+                if fix:
+                    del cache[k]
+        path = import_lists["sys.path"]
+        bad = [x for x in list_(path) if foreign(x, memo)]
+        out += [f"sys.path: an object of {describe(type_(x))}" for x in bad]
+        if fix and bad:
+            path[:] = [x for x in path if all(x is not b for b in bad)]
+        for (m, k), v in import_code.items():
+            if module_dict(m).get(k, _MISSING) is not v:
+                out.append(f"{m.__name__}.{k} (replaced)")
+                if fix:
+                    module_dict(m)[k] = v
+        for cls, want in import_classes.items():
+            have = type_dict(cls)
+            for k, v in want.items():
+                if have.get(k, _MISSING) is not v:
+                    out.append(f"{cls.__module__}.{cls.__qualname__}.{k} (replaced)")
+                    if fix:
+                        type.__setattr__(cls, k, v)
+            for k in [k for k, x in have.items() if k not in want and (codeish(x) or foreign(x, memo))]:
+                out.append(f"{cls.__module__}.{cls.__qualname__}.{k} (added)")
+                if fix:
+                    type.__delattr__(cls, k)
+        for name, m in list_(modules.items()):
+            kind = type_(m)
+            if kind is not ModuleType_ and foreign_class(kind, memo):
+                out.append(f"sys.modules[{name!r}] (of the submission's class {describe(kind)})")
+                if fix:
+                    if isinstance_(m, ModuleType_):
+                        object.__setattr__(m, "__class__", ModuleType_)
+                    else:
+                        del modules[name]
+                        continue
+            if not isinstance_(m, ModuleType_):
+                continue
+            d = module_dict(m)
+            spec = d.get("__spec__")
+            if not spec_ok(spec, memo):
+                out.append(f"{name}.__spec__ (replaced)")
+                if fix:
+                    want = module_specs.get(name)
+                    want = want if want is not None else spec if type_(spec) is ModuleSpec_ else None
+                    if want is not None:
+                        clean_spec(want, memo)
+                    d["__spec__"] = want
+            for k in ("__loader__", "__path__", "__getattr__", "__dir__"):
+                if k in d and foreign(d[k], memo):
+                    out.append(f"{name}.{k} (the submission's)")
+                    if fix:
+                        del d[k]
+        return out
+
     # ---- what a notebook may add for its own cells: suspended around tests -----------------
     itm, pm, callbacks = refs["shell.input_transformer_manager"], refs["shell.prefilter_manager"], \
         refs["shell.events.callbacks"]
@@ -716,8 +885,7 @@ def install(shell) -> None:
         out = []
         loops = [getattr_(getattr_(pub_thread, "io_loop", None), "asyncio_loop", None)]
         try:
-            import asyncio
-            loops.append(asyncio.get_running_loop())
+            loops.append(running_loop())
         except RuntimeError:
             pass
         for loop in loops:
@@ -852,6 +1020,7 @@ def install(shell) -> None:
                 payload = {"names": payload}
             free_stored(payload.get("stores", []))
             replaced = path_check(True)
+            imports = import_check(True)  # before anything below imports or reads a module
             # the error display alone (a rich-traceback library replaces showtraceback): restored,
             # noted, and the test graded honestly, as nbgrader does (errors come from the kernel's
             # reply, not the display); any other part of the path replaced voids the test
@@ -866,15 +1035,15 @@ def install(shell) -> None:
                 tampered.append("an input transformer rewrote the grader's control cell")
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
-            return {"stage": "pre", "restored": restore(payload.get("names", [])) + shown + rebound(True) +
-                    io_check(True) + loop_callbacks(True),
+            return {"stage": "pre", "restored": imports + restore(payload.get("names", [])) + shown +
+                    rebound(True) + io_check(True) + loop_callbacks(True),
                     "tampered": tampered, "removed": removed,
                     "suspended": [f"{label} {describe(x)}" for label, x in added
                                   if label == "custom exception handler" or not library(x)]}
         state["armed"] = None
         saved, added = container_check(True)
-        during = path_check(True) + traced() + side_hooks(True) + rebound(True) + io_check(True) + \
-            loop_callbacks(True) + \
+        during = path_check(True) + import_check(True) + traced() + side_hooks(True) + rebound(True) + \
+            io_check(True) + loop_callbacks(True) + \
             [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()
         gc.unfreeze()
         for n, h in state.pop("signals", {}).items():
@@ -902,7 +1071,8 @@ def install(shell) -> None:
                          for x in items(state["saved"][label] or [])
                          if id_(x) not in {id_(y) for y in items(pristine_c[label][3])}] or [why]
         problems += caller_problems(caller) + stack_problems(caller) + copy_problems()
-        problems += path_check(True) + [f"{h} (set after the grader's check)" for h in traced() + side_hooks(True)]
+        problems += path_check(True) + import_check(True) + \
+            [f"{h} (set after the grader's check)" for h in traced() + side_hooks(True)]
         _, added = container_check(True)
         problems += [f"{label} {describe(x)} (added after the grader's check)" for label, x in added]
         if want and sha256(cell.encode()).hexdigest() != want:
@@ -911,6 +1081,8 @@ def install(shell) -> None:
             problems.append("the test cell was transformed by something other than IPython's own path")
         return {"stage": "test", "tampered": problems}
 
+    record_specs()
+    after_import.append(record_specs)
     shell.events.register("pre_run_cell", hook)
     pristine_c["pre_run_cell callback"] = (callbacks, "pre_run_cell", callbacks["pre_run_cell"],
                                            list(callbacks["pre_run_cell"]))

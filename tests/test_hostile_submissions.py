@@ -233,6 +233,23 @@ GUARD_CASES = {
                      "a thread that will run"),
     "loop_callback": (WRONG + "\nimport asyncio\nasyncio.get_event_loop().call_later(600, lambda: None)",
                       "a callback scheduled on the kernel's event loop"),
+    # what the import machinery reads when a test imports a module it already has: a ModuleSpec of
+    # the submission's class, whose _initializing ran on the test's frames at the test's import
+    # line (red team, run 8); planted before the tests (put back), or during one (void)
+    "spec_spy": ("import sys, linecache, importlib.machinery, torch.testing\nseen = []\n"
+                 "class Spec(importlib.machinery.ModuleSpec):\n    @property\n    def _initializing(self):\n"
+                 "        f = sys._getframe(1)\n"
+                 "        if 'assert_close(halve' in ''.join(linecache.getlines(f.f_code.co_filename)):\n"
+                 "            seen.append(1)\n        return False\n"
+                 "    @_initializing.setter\n    def _initializing(self, value):\n        pass\n"
+                 "real = torch.testing.__spec__\nspy = Spec(real.name, real.loader, origin=real.origin)\n"
+                 "spy.submodule_search_locations = real.submodule_search_locations\n"
+                 "torch.testing.__spec__ = spy\n"
+                 "def halve(t):\n    return t / 2 if seen else t", "torch.testing.__spec__ (replaced)"),
+    "spec_in_call": ("def halve(t):\n    import math, importlib.machinery\n"
+                     "    class Spec(importlib.machinery.ModuleSpec):\n        pass\n"
+                     "    math.__spec__ = Spec('math', None)\n    return t / 2",
+                     ("math.__spec__ (replaced)", "replaced while it ran")),
     # patched inside the graded function, while the test runs: the test is void
     "patch_in_call": ("def halve(t):\n    import math\n    math.isclose = lambda *a, **k: True\n    return t",
                       "GradingIntegrityError: something this test relies on was replaced while it ran "

@@ -46,6 +46,9 @@ from inspect import signature as _signature
 from typing import Callable, Iterable, Sequence
 
 import torch
+# bound at import, not inside a draw: an import statement there would read the module's
+# ``__spec__`` on the draw's frames (red team, run 8)
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..bugs import inject
 from ..reference.model import Attention, TinyGPT, attention_mask
@@ -309,8 +312,6 @@ def _holder(fn: Callable, owner, contract=None):
     and the change of ``fn``'s reference count would say which function it held. One way to
     finish it no code of its own can refuse (a ``RecursionError`` as CPython enters the frame); in a
     graded call the grader holds the frame (``_keeper``), so even then nothing is let go."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
     try:
         bind = _signature(fn).bind
     except (TypeError, ValueError):

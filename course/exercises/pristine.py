@@ -78,12 +78,28 @@ _FunctionType, _ModuleType, _CodeType = types.FunctionType, types.ModuleType, ty
 _isinstance, _type, _id, _callable, _setattr, _delattr = isinstance, type, id, callable, setattr, delattr
 _getattr, _hasattr, _len, _tuple = getattr, hasattr, len, tuple
 _modules = sys.modules
+# importlib's ModuleSpec, read as this file loads (in the grading kernel: before any submitted code)
+_ModuleSpec = type(sys.__spec__)
+_module_dict = _ModuleType.__dict__["__dict__"].__get__  # a module's namespace, whatever its class
+_object_getattribute = object.__getattribute__
 # a library's own files: site-packages and the standard library (course is not among them: it is
 # installed in place, from the repository)
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in
                               (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)} |
                              {os.path.dirname(os.__file__) + os.sep}))
 _COURSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _initializing(module) -> bool:
+    """Whether ``module`` is still being imported, read without running anything of a learner's: a
+    ``__spec__`` that is not a plain ``ModuleSpec``, or whose ``_initializing`` is not ``True``
+    itself, counts as imported (a spec's property would run on every read; red team, run 8)."""
+    if not _isinstance(module, _ModuleType):
+        return False
+    spec = _module_dict(module).get("__spec__")
+    if _type(spec) is not _ModuleSpec:
+        return False
+    return _object_getattribute(spec, "__dict__").get("_initializing") is True
 
 
 def wanted(name: str) -> bool:
@@ -302,7 +318,7 @@ def _recorder():
             if not _isinstance(module, _ModuleType) or not wanted(name):
                 passed.add(name)
                 continue
-            if _getattr(_getattr(module, "__spec__", None), "_initializing", False):
+            if _initializing(module):
                 continue
             names.add(name)
             modules_done.append(_module_record(name, module, seen_fn, seen_cls, functions))
@@ -310,7 +326,7 @@ def _recorder():
             if not any(name == m or (m.endswith(".") and name.startswith(m)) for m in DATA_MODULES):
                 continue  # catalogue fills its registry as the package imports its families)
             package = _modules.get(name.split(".")[0] + "." + name.split(".")[1]) if name.count(".") else None
-            if package is None or _getattr(_getattr(package, "__spec__", None), "_initializing", False):
+            if package is None or _initializing(package):
                 continue
             data_done.add(name)
             data.extend(_data_record(name, _modules[name]))
