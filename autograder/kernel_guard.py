@@ -510,7 +510,8 @@ def install(shell) -> None:
                       if isinstance(v, type) and getattr(v, "__module__", "") in
                       ("_frozen_importlib", "_frozen_importlib_external")}
     import_lists = {"sys.meta_path": sys.meta_path, "sys.path_hooks": sys.path_hooks,
-                    "sys.path_importer_cache": sys.path_importer_cache, "sys.path": sys.path}
+                    "sys.path_importer_cache": sys.path_importer_cache}
+    sys_path = sys.path
     module_specs = {}  # module name -> its spec as first seen clean (install, and each guarded import)
 
     def codes_of(x):
@@ -534,7 +535,7 @@ def install(shell) -> None:
                 for x in type_dict(c).values():
                     if any(submission_file(code.co_filename) for code in codes_of(x)) or \
                             (type_(x) not in plain_types and type_(x) is not FunctionType_ and
-                             not isinstance_(x, type) and foreign_class(type_(x), memo)):
+                             type not in type_mro(type_(x)) and foreign_class(type_(x), memo)):
                         verdict = True
                         break
                 if verdict:
@@ -551,7 +552,15 @@ def install(shell) -> None:
             return submission_callable(v)
         if kind is list or kind is tuple:
             return any(foreign(x, memo) for x in v)
-        return foreign_class(v if isinstance_(v, type) else kind, memo)
+        return foreign_class(v if type in type_mro(kind) else kind, memo)
+
+    qualname_of = type.__dict__["__qualname__"].__get__
+
+    def class_name(cls):
+        """A class's name, read without running anything of its own (or of its metaclass)."""
+        mod = type_dict(cls).get("__module__")
+        name = qualname_of(cls)
+        return name if type_(mod) is not str or mod in ("__main__", "builtins") else f"{mod}.{name}"
 
     def spec_ok(spec, memo):
         if spec is None:
@@ -594,47 +603,53 @@ def install(shell) -> None:
         for label in ("sys.meta_path", "sys.path_hooks"):
             lst = import_lists[label]
             bad = [x for x in list_(lst) if foreign(x, memo)]
-            out += [f"{label}: {describe(x)}" for x in bad]
+            out += [f"{label}: {class_name(x if type in type_mro(type_(x)) else type_(x))}" for x in bad]
             if fix and bad:
                 lst[:] = [x for x in lst if all(x is not b for b in bad)]
         cache = import_lists["sys.path_importer_cache"]
         for k, v in list_(cache.items()):
             if foreign(k, memo) or foreign(v, memo):
-                out.append(f"sys.path_importer_cache entry ({describe(type_(k))}: {describe(type_(v))})")
+                out.append(f"sys.path_importer_cache entry ({class_name(type_(k))}: {class_name(type_(v))})")
                 if fix:
                     del cache[k]
-        path = import_lists["sys.path"]
+        path = sys.__dict__.get("path")
+        if type_(path) is not list:  # a notebook may set sys.path to a list of its own, no more
+            out.append("sys.path (rebound)")
+            if fix:
+                sys.path = path = sys_path
+            else:
+                path = []
         bad = [x for x in list_(path) if foreign(x, memo)]
-        out += [f"sys.path: an object of {describe(type_(x))}" for x in bad]
+        out += [f"sys.path: an object of {class_name(type_(x))}" for x in bad]
         if fix and bad:
             path[:] = [x for x in path if all(x is not b for b in bad)]
         for (m, k), v in import_code.items():
             if module_dict(m).get(k, _MISSING) is not v:
-                out.append(f"{m.__name__}.{k} (replaced)")
+                out.append(f"{module_dict(m).get('__name__', '?')}.{k} (replaced)")
                 if fix:
                     module_dict(m)[k] = v
         for cls, want in import_classes.items():
             have = type_dict(cls)
             for k, v in want.items():
                 if have.get(k, _MISSING) is not v:
-                    out.append(f"{cls.__module__}.{cls.__qualname__}.{k} (replaced)")
+                    out.append(f"{class_name(cls)}.{k} (replaced)")
                     if fix:
                         type.__setattr__(cls, k, v)
             for k in [k for k, x in have.items() if k not in want and (codeish(x) or foreign(x, memo))]:
-                out.append(f"{cls.__module__}.{cls.__qualname__}.{k} (added)")
+                out.append(f"{class_name(cls)}.{k} (added)")
                 if fix:
                     type.__delattr__(cls, k)
         for name, m in list_(modules.items()):
             kind = type_(m)
             if kind is not ModuleType_ and foreign_class(kind, memo):
-                out.append(f"sys.modules[{name!r}] (of the submission's class {describe(kind)})")
+                out.append(f"sys.modules[{name!r}] (of the submission's class {class_name(kind)})")
                 if fix:
-                    if isinstance_(m, ModuleType_):
+                    if ModuleType_ in type_mro(kind):
                         object.__setattr__(m, "__class__", ModuleType_)
                     else:
                         del modules[name]
                         continue
-            if not isinstance_(m, ModuleType_):
+            if ModuleType_ not in type_mro(type_(m)):  # (isinstance would read the object's __class__)
                 continue
             d = module_dict(m)
             spec = d.get("__spec__")
