@@ -935,16 +935,17 @@ def install(shell) -> None:
         return held
 
     def free_stored(stores):
-        """Drop the old values of the names the test will assign now, and freeze the garbage
-        collector's generations until the test ends: a finalizer of the submission's (``__del__``,
-        ``weakref.finalize``) then runs here, when its object is freed by the drop, or after the
-        test, when the frozen objects are collected; never on the test's frames. (Objects the test
-        itself allocates are collected as usual.)"""
+        """Drop the old values of the names the test will assign now, and collect the young garbage;
+        the pre stage freezes the collector's generations last, until the test ends: a finalizer
+        of the submission's (``__del__``, ``weakref.finalize``) then runs here, when its object is
+        freed by the drop, or after the test, when the post stage unfreezes and collects them; never
+        on the test's frames. (Objects the test itself allocates are collected as usual.) A module
+        is kept (exactly a module: an object of a class of the submission's is dropped, whatever
+        its ``__class__`` says)."""
         for k in stores:
-            if k in user_ns and not isinstance_(user_ns[k], types.ModuleType) and k not in ("In", "Out", "get_ipython"):
+            if k in user_ns and type_(user_ns[k]) is not types.ModuleType and k not in ("In", "Out", "get_ipython"):
                 del user_ns[k]
         gc.collect(1)
-        gc.freeze()
 
     def stack_problems(f):
         """Every frame from run_cell_async up to the kernel's do_execute is IPython's/ipykernel's."""
@@ -1020,6 +1021,13 @@ def install(shell) -> None:
             report = {"stage": "error", "error": f"{type_(err).__name__}: {err}"}
         write("course-guard: " + dumps(report) + "\n")
         flush()
+        if report.get("stage") == "post" or (report.get("stage") == "error" and control):
+            # the garbage frozen before the test is collected here, once the report is out (a
+            # finalizer of the submission's could otherwise edit it); left to the collector's own
+            # schedule, it would be collected at some allocation of a later test, and a finalizer
+            # would run on that test's frames (red team, run 9)
+            gc.unfreeze()
+            gc.collect()
 
     def traced():
         trace, profile = state.pop("trace", (None, None))
@@ -1040,8 +1048,7 @@ def install(shell) -> None:
             # noted, and the test graded honestly, as nbgrader does (errors come from the kernel's
             # reply, not the display); any other part of the path replaced voids the test
             shown = [r for r in replaced if r.split(" ")[0].rsplit(".", 1)[-1] in DISPLAY_ONLY]
-            tampered = caller_problems(caller) + [r for r in replaced if r not in shown] + \
-                fork_handlers() + running_threads()
+            tampered = caller_problems(caller) + [r for r in replaced if r not in shown]
             state["signals"] = suspend_signals()
             removed = traced() + side_hooks(True)
             saved, added = container_check(True)
@@ -1050,9 +1057,21 @@ def install(shell) -> None:
                 tampered.append("an input transformer rewrote the grader's control cell")
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
-            return {"stage": "pre", "restored": imports + restore(payload.get("names", [])) + shown +
-                    rebound(True) + io_check(True) + loop_callbacks(True),
-                    "tampered": tampered, "removed": removed,
+            restored = imports + restore(payload.get("names", [])) + shown + rebound(True) + \
+                io_check(True) + loop_callbacks(True)
+            # What was put back may have been the submission's last reference to an object whose
+            # finalizer then ran here and planted again: look once more; anything found now was
+            # planted by the submission's own code while the guard restored it, and voids the test
+            again = restore([]) + path_check(True) + import_check(True) + rebound(True) + io_check(True) + \
+                loop_callbacks(True) + side_hooks(True)
+            _, added_again = container_check(True)
+            again += [f"{label} {class_name(type_(x))}" for label, x in added_again]
+            if again:
+                tampered.append(f"planted again while the grader put it back: {', '.join(again)}")
+            tampered += fork_handlers() + running_threads()
+            # frozen last: garbage made by any of the above waits, uncollected, for the post stage
+            gc.freeze()
+            return {"stage": "pre", "restored": restored, "tampered": tampered, "removed": removed,
                     "suspended": [f"{label} {describe(x)}" for label, x in added
                                   if label == "custom exception handler" or not library(x)]}
         state["armed"] = None
@@ -1060,7 +1079,6 @@ def install(shell) -> None:
         during = path_check(True) + import_check(True) + traced() + side_hooks(True) + rebound(True) + \
             io_check(True) + loop_callbacks(True) + \
             [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()
-        gc.unfreeze()
         for n, h in state.pop("signals", {}).items():
             try:
                 signal_mod.signal(n, h)

@@ -125,18 +125,47 @@ def _names(source: str) -> list[str]:
 
 
 def _stores(source: str) -> list[str]:
-    """The names a test cell's top-level code assigns (the guard frees their old values first)."""
+    """The names a test cell's top-level code binds (the guard frees their old values first, so a
+    finalizer of the submission's never runs when the test rebinds one): assignment targets, loop,
+    ``with`` and ``except`` names, names an ``import`` binds (``import a.b`` binds ``a``), the names
+    of functions and classes it defines, and ``match`` captures; not the names bound inside a
+    function, class or lambda it defines (red team, run 9: ``from ... import mystery as _mystery``
+    rebound a finalizer's object on the test's frames)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
     found = set()
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.alias):
+            found.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            found.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            found.add(node.rest)
+        if isinstance(node, scopes):
+            # a definition's decorators, defaults and bases run here; its body does not
+            for part in ([*node.decorator_list, *node.args.defaults, *node.args.kw_defaults]
+                         if not isinstance(node, (ast.ClassDef, ast.Lambda)) else
+                         [*node.decorator_list, *node.bases, *node.keywords] if isinstance(node, ast.ClassDef)
+                         else [*node.args.defaults, *node.args.kw_defaults]):
+                if part is not None:
+                    visit(part)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
     for node in tree.body:
-        for n in ast.walk(node):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                continue
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                found.add(n.id)
+        visit(node)
+    found.discard("*")
     return sorted(found)
 
 

@@ -250,6 +250,15 @@ GUARD_CASES = {
                      "    class Spec(importlib.machinery.ModuleSpec):\n        pass\n"
                      "    math.__spec__ = Spec('math', None)\n    return t / 2",
                      ("math.__spec__ (replaced)", "replaced while it ran")),
+    # an object with a finalizer bound to a name the test rebinds by importing: dropped by the
+    # test's own import line, its __del__ ran on the test's frames (red team, run 9); the guard now
+    # drops it before the test, where no test is on the stack
+    "finalizer_import": ("import sys, linecache\nseen = []\nclass Trigger:\n    def __del__(self):\n"
+                         "        f = sys._getframe(1)\n        while f is not None:\n"
+                         "            if 'assert_close(halve' in ''.join(linecache.getlines(f.f_code.co_filename)):\n"
+                         "                seen.append(1)\n            f = f.f_back\n"
+                         "assert_close = Trigger()\n"
+                         "def halve(t):\n    return t / 2 if seen else t", None),
     # patched inside the graded function, while the test runs: the test is void
     "patch_in_call": ("def halve(t):\n    import math\n    math.isclose = lambda *a, **k: True\n    return t",
                       "GradingIntegrityError: something this test relies on was replaced while it ran "
@@ -415,7 +424,7 @@ def test_monkeypatching_does_not_pass(guarded_class, student):
         assert not any(MARK in t or "restored" in t for t in outs.values()), outs
         return
     assert not earned, f"{student} earned {sorted(earned)} with a wrong answer: {outs}"
-    if student != "wrong":
+    if student != "wrong" and GUARD_CASES[student][1] is not None:  # (None: nothing to name)
         seen = GUARD_CASES[student][1]
         for text in (seen,) if isinstance(seen, str) else seen:
             assert any(text in out for out in outs.values()), f"{student}: no {text!r} in {outs}"
