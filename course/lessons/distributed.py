@@ -2,7 +2,8 @@
 
 ``run_ranks`` starts ``world`` processes with ``torch.multiprocessing`` (start method
 ``forkserver``, so it works from a notebook: the worker is this module's ``_worker``, importable by
-the children), joined over TCP on 127.0.0.1 at a free port. The fork server is a fresh Python
+the children), joined over TCP on 127.0.0.1 (``rendezvous``: rank 0 listens on a port the system
+picks and passes its number on through a file). The fork server is a fresh Python
 process that imports torch (and what an optimizer's first use imports) once, when the first call
 needs it or when ``start_fork_server`` asks for it earlier; every rank of every later call is forked
 from it, so a call does not pay for importing torch in each child (``spawn`` would, on every call).
@@ -31,15 +32,15 @@ child has exited. Children write their stdout/stderr to log files, never to the 
 from __future__ import annotations
 
 import os
-import socket
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import torch
+
+from . import rendezvous
 
 WORLD = 2
 
@@ -50,13 +51,6 @@ class RankFailed(RuntimeError):
     def __init__(self, message: str, pids: list[int]):
         super().__init__(message)
         self.pids = pids
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def checksum(model: torch.nn.Module) -> torch.Tensor:
@@ -140,7 +134,7 @@ def _write_error(folder: Path, rank: int, err: BaseException) -> None:
     (folder / f"rank{rank}.error").write_text(f"{time.monotonic_ns()} {summary}")
 
 
-def _worker(rank, world, port, folder, scenarios, steps, fail, timeout_s, seed):
+def _worker(rank, world, folder, scenarios, steps, fail, timeout_s, seed):
     """One rank's process. Its stdout/stderr go to ``rank<r>.log``; its results to ``rank<r>.pt``; an
     exception's one-line summary to ``rank<r>.error``, then the process exits with code 1."""
     folder = Path(folder)
@@ -153,8 +147,7 @@ def _worker(rank, world, port, folder, scenarios, steps, fail, timeout_s, seed):
     code = 1
     try:
         print(f"rank {rank} started at {time.time():.2f}", flush=True)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout_s))
+        rendezvous.join(str(folder), rank, world, timeout_s)
         try:
             results = _train_scenarios(rank, world, scenarios, steps, fail, seed)
             torch.save(results, folder / f"rank{rank}.pt")
@@ -211,7 +204,7 @@ def run_ranks(scenarios: dict[str, list[tuple[int, int]]], steps: int = 6, fail:
     spawn_log.setLevel(logging.ERROR)
     folder = tempfile.mkdtemp(prefix="ranks-")
     start_fork_server()
-    ctx = mp.start_processes(_worker, args=(WORLD, free_port(), folder, scenarios, steps, fail, timeout_s, seed),
+    ctx = mp.start_processes(_worker, args=(WORLD, folder, scenarios, steps, fail, timeout_s, seed),
                              nprocs=WORLD, join=False, start_method="forkserver")
     pids = [p.pid for p in ctx.processes]
     end = time.monotonic() + deadline_s

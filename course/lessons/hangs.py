@@ -257,7 +257,7 @@ def _train(rank: int, plan: dict, folder: str, record: _Record, watchdog=None) -
     coll.barrier(plan["steps"])
 
 
-def _rank_main(rank: int, plan: dict, folder: str, port: int) -> None:
+def _rank_main(rank: int, plan: dict, folder: str) -> None:
     """One rank's process (forked from the launcher): never returns."""
     import faulthandler
     code = 1
@@ -275,11 +275,9 @@ def _rank_main(rank: int, plan: dict, folder: str, port: int) -> None:
         faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
         record = _Record(os.path.join(folder, f"rank{rank}.events"))
         import torch
-        import torch.distributed as dist
-        from datetime import timedelta
+        from course.lessons import rendezvous
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=plan["world"], timeout=timedelta(seconds=plan["timeout_s"]))
+        rendezvous.join(folder, rank, plan["world"], plan["timeout_s"])
         watchdog = open(os.path.join(folder, f"rank{rank}.watchdog"), "w")
         _train(rank, plan, folder, record, watchdog)
         faulthandler.cancel_dump_traceback_later()
@@ -296,12 +294,6 @@ def _rank_main(rank: int, plan: dict, folder: str, port: int) -> None:
 
 
 # ----- the launcher process -----------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @dataclass
 class _Running:
@@ -376,7 +368,6 @@ def _stacks(job: _Running, how: str) -> list[str]:
 
 def _start_ranks(plan: dict, inherited: list) -> _Running:
     folder = tempfile.mkdtemp(prefix="job-")
-    port = _free_port()
     pids = []
     for rank in range(plan["world"]):
         pid = os.fork()
@@ -386,7 +377,7 @@ def _start_ranks(plan: dict, inherited: list) -> _Running:
                     sock.close()
                 os.close(0)
             finally:
-                _rank_main(rank, plan, folder, port)
+                _rank_main(rank, plan, folder)
         pids.append(pid)
     return _Running(folder, plan["world"], pids, time.time())
 
