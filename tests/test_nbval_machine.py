@@ -29,6 +29,15 @@ def test_masking_drops_digits_and_keeps_words_names_and_shape():
         assert machine.masked(changed) != machine.masked(there), f"masking hid a real change: {changed!r}"
 
 
+def test_masking_drops_the_digits_of_a_factor_and_keeps_x86_64():
+    here = "an increase between 0.035 and 0.058 (a spread of x1.6), its excess spreads x6.8 on x86_64\n"
+    there = "an increase between 0.034 and 0.061 (a spread of x1.8), its excess spreads x16.8 on x86_64\n"
+    assert machine.masked(here) == machine.masked(there), machine.masked(there)
+    assert "x86_64" in machine.masked(here), "a name like x86_64 must survive the masking"
+    assert machine.masked(here.replace("spread of", "ratio of")) != machine.masked(there), \
+        "masking hid a real change next to a factor"
+
+
 def _notebook(path, printed, saved):
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell(f"print({printed!r})", execution_count=1)
