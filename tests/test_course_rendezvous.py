@@ -39,8 +39,14 @@ def _run(folder, ranks, world, timeout_s) -> dict:
         if pid == 0:
             _rank(str(folder), rank, world, timeout_s)
         pids.append(pid)
-    for pid in pids:
+    end = time.monotonic() + 30
+    while pids and time.monotonic() < end:
+        pids = [p for p in pids if os.waitpid(p, os.WNOHANG) == (0, 0)]
+        time.sleep(0.05)
+    for pid in pids:  # still running after 30 s: the rank waits for ever
+        os.kill(pid, 9)
         os.waitpid(pid, 0)
+    assert not pids, f"ranks {ranks} were still running after 30 s"
     return {r: (folder / f"rank{r}.out").read_text() for r in ranks}
 
 
