@@ -66,6 +66,20 @@ def change(now: float, record: dict, assignment: str) -> str:
     return f"{(now - was) / was:+.0%}"
 
 
+def longest_first(counts: dict, record: dict | None = None) -> list:
+    """The assignments of ``counts`` (assignment -> submissions to grade), the longest expected
+    grading first: submissions times the record's seconds per submission (an assignment the record
+    lacks counts at the median of its figures; with no record every submission counts alike). The
+    record of any machine kind will do: only the ratios between assignments matter. Jobs handed to
+    a pool of workers in this order (longest processing time first) leave a short job, not a long
+    one, running alone at the end; ties keep the order of ``counts``."""
+    seconds = (record or {}).get("seconds", {})
+    usable = {a: v for a, v in seconds.items() if isinstance(v, (int, float)) and v > 0}  # NaN > 0 is False
+    known = sorted(usable.values())
+    default = known[len(known) // 2] if known else 1.0
+    return sorted(counts, key=lambda a: -counts[a] * usable.get(a, default))
+
+
 def time_execution(assignment: str, workdir: Path) -> float:
     """Seconds to run the solution notebook top to bottom (kernel start included), or NaN after
     printing which cell ran past ``CELL_TIMEOUT_S``. The kernel gets no stdin (/dev/null): a bench

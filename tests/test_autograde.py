@@ -19,6 +19,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ import nbformat
 import pytest
 
 from autograde_cases import CASES as REAL_CASES
-from autograder import demo_cells, grading, toy_course
+from autograder import bench, demo_cells, grading, toy_course
 from autograder.sandboxed_execute import NOT_GRADED_GPU, gpu_cells
 from course.exercises import capstone
 
@@ -93,10 +95,18 @@ class Graded:
         return f"\n--- nbgrader log (last 3000 chars) ---\n{text[-3000:]}"
 
 
-def grade(tmp: Path, assignment: str) -> Graded:
-    """Run the whole nbgrader pipeline for ``assignment`` in course root ``tmp``."""
-    root = grading.make_course_copy(tmp, [assignment])
-    grading.nbgrader(root, "generate_assignment", assignment, "--force")
+@dataclass
+class Plan:
+    """What will be submitted for one assignment: every submission's notebook, by student."""
+    assignment: str
+    source: dict
+    submissions: dict       # student -> notebook JSON
+    unusable: dict
+    packed: dict
+
+
+def plan(assignment: str) -> Plan:
+    """The solution, the untouched release and the cases of ``assignment``, packed into submissions."""
     source = json.loads(grading.source_path(assignment).read_text(encoding="utf-8"))
     submissions = {SOLUTION: source}
     release = grading.release_path(assignment)
@@ -120,14 +130,22 @@ def grade(tmp: Path, assignment: str) -> Graded:
         submissions[student] = grading.edit_cells(source, {k: v for c in group for k, v in c.edits.items()})
         for case in group:
             packed[id(case)] = (student, set().union(*(c.expect_lost for c in group)))
-    for student, nb in submissions.items():
+    return Plan(assignment, source, submissions, unusable, packed)
+
+
+def grade(tmp: Path, planned: Plan) -> Graded:
+    """Run the whole nbgrader pipeline for ``planned`` in course root ``tmp``."""
+    assignment = planned.assignment
+    root = grading.make_course_copy(tmp, [assignment])
+    grading.nbgrader(root, "generate_assignment", assignment, "--force")
+    for student, nb in planned.submissions.items():
         folder = root / "submitted" / student / assignment
         folder.mkdir(parents=True)
         (folder / f"{assignment}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     log = grading.nbgrader(root, "autograde", assignment, "--force", check=False).stdout
     log += grading.nbgrader(root, "generate_feedback", assignment, "--force", check=False).stdout
-    return Graded(root, assignment, source, grading.graded_cells(source), list(submissions), log,
-                  unusable, packed)
+    return Graded(root, assignment, planned.source, grading.graded_cells(planned.source),
+                  list(planned.submissions), log, planned.unusable, planned.packed)
 
 
 def _selected_assignments(request) -> list:
@@ -143,17 +161,53 @@ def _selected_assignments(request) -> list:
 @pytest.fixture(scope="module")
 def graded(request, tmp_path_factory):
     """graded(assignment) -> Graded. Every selected assignment is graded at once, one nbgrader
-    pipeline per core (each is a chain of subprocesses, so threads suffice); later calls reuse it."""
+    pipeline per core (each is a chain of subprocesses, so threads suffice), the longest expected
+    first (``bench.longest_first``: its submissions times the committed bench record's seconds per
+    submission), so the pipelines end close together; later calls reuse it. At the end, a table of
+    when each pipeline ran, on which worker, prints below the tests."""
+    plans = {a: plan(a) for a in _selected_assignments(request)}
+    order = bench.longest_first({a: len(p.submissions) for a, p in plans.items()}, bench.load_record())
+    timings = {}   # assignment -> (worker, start, end), seconds from the fixture's start
+    start = time.perf_counter()
+
+    def timed(tmp, planned):
+        began = time.perf_counter() - start
+        try:
+            return grade(tmp, planned)
+        finally:
+            timings[planned.assignment] = (threading.current_thread().name, began, time.perf_counter() - start)
+
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        runs = {a: pool.submit(grade, tmp_path_factory.mktemp(f"course-{a}"), a)
-                for a in _selected_assignments(request)}
+        runs = {a: pool.submit(timed, tmp_path_factory.mktemp(f"course-{a}"), plans[a]) for a in order}
 
         def get(assignment):
             if assignment not in runs:
-                runs[assignment] = pool.submit(grade, tmp_path_factory.mktemp(f"course-{assignment}"),
-                                               assignment)
+                runs[assignment] = pool.submit(timed, tmp_path_factory.mktemp(f"course-{assignment}"),
+                                               plan(assignment))
             return runs[assignment].result()
         yield get
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None and timings:
+        with capture.global_and_fixture_disabled():  # what capsys.disabled() does: past the capture
+            for line in timing_table(timings, {a: len(p.submissions) for a, p in plans.items()}):
+                reporter.write_line(line)
+
+
+def timing_table(timings: dict, submissions: dict) -> list:
+    """Lines of a table: per assignment (in the order they started), its worker, start, end and
+    seconds per submission; then each worker's idle time before the last pipeline ended."""
+    end = max(t[2] for t in timings.values())
+    lines = ["", "end-to-end autograde: one nbgrader pipeline per assignment, seconds from the first start",
+             f"{'assignment':<24}{'worker':>24}{'start':>8}{'end':>8}{'subs':>6}{'s/sub':>7}"]
+    for a, (worker, began, ended) in sorted(timings.items(), key=lambda kv: kv[1][1]):
+        n = submissions.get(a, 0)
+        lines.append(f"{a:<24}{worker:>24}{began:>8.0f}{ended:>8.0f}{n:>6}"
+                     f"{(ended - began) / n if n else float('nan'):>7.1f}")
+    for worker in sorted({t[0] for t in timings.values()}):
+        last = max(t[2] for t in timings.values() if t[0] == worker)
+        lines.append(f"{worker}: idle for the last {end - last:.0f} s of {end:.0f} s")
+    return lines
 
 
 def _text(page: str) -> str:
