@@ -136,8 +136,9 @@ plt.show()
 # `job.stacks()` runs `py-spy dump --pid` on each rank (py-spy reads a process's memory from outside;
 # the rank does not have to cooperate). `hangs.brief` keeps each thread's innermost frame and its
 # frames in the course's own code. A thread's `(idle)` or `(active)` is the state py-spy read for it
-# at the instant of the dump: a rank that waits by polling (a short sleep in a loop) is caught either
-# way from one run to the next, so read where each rank waits, not that flag.
+# at the instant of the dump: a rank that waits by polling (a short sleep in a loop, as the ranks that
+# never reach the barrier would under hypothesis 2) can show either flag from one dump to the next, so
+# read where each rank waits, not that flag.
 
 # %%
 stacks = job.stacks()
