@@ -9,6 +9,8 @@
 #                   Chromium (test-browser)
 #   make release    regenerate notebooks/ from solutions/ (commit the result)
 #   make solutions  rebuild solutions/<a>/<a>.ipynb from <a>.py (jupytext) and execute it in place
+#   make draw-key   draw the course's key of hidden draws, kept only if every solution passes under
+#                   it (autograder/draw_key.py; writes .draw_key: keep it with the gradebook)
 #   make autograde  grade every submission in submitted/, in parallel (autograder/grade_class.py)
 #   make summary    class summary from the gradebook: scores per cell, failures, manual grading
 #   make feedback   nbgrader generate_feedback for every autograded assignment
@@ -43,7 +45,7 @@ SOLUTION_NOTEBOOKS = $(foreach a,$(ASSIGNMENTS),solutions/$(a)/$(a).ipynb)
 # jupyter refuses to start a server as root without --allow-root
 ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: hub proxy duedate
+.PHONY: hub proxy duedate draw-key
 .PHONY: venv lab docs test test-unit test-autograde test-notebooks release solutions autograde summary feedback export bench bench-dask clean test-browser system-deps sandbox gpu-kernel test-gpu
 
 venv: $(STAMP)
@@ -153,6 +155,9 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 # SCHEDULER=tcp://host:8786: grade on that Dask scheduler's workers instead (docs/instructors.md, "A class beyond
 # one machine"; needs COURSE_DB_URL=postgresql://...).
 SCHEDULER ?=
+draw-key: venv
+	$(BIN)/python -m autograder.draw_key new
+
 autograde: release sandbox
 	$(BIN)/python -m autograder.grade_class --all $(if $(SCHEDULER),--scheduler $(SCHEDULER),--jobs $(JOBS))
 

@@ -453,12 +453,13 @@ def nbgrader_command(root: Path, assignment: str, student: str, url: str) -> lis
 
 
 def run_nbgrader(cmd: list[str], root: Path, log_path: Path, timeout: float,
-                 procs: dict | None = None, key: str | None = None) -> tuple[int, float | None]:
+                 procs: dict | None = None, key: str | None = None,
+                 env: dict | None = None) -> tuple[int, float | None]:
     """Run ``cmd`` in ``root`` with its output in ``log_path``; kill it after ``timeout`` seconds.
     Returns (exit status, ``timeout`` when it was killed for it, else None). ``procs[key]`` holds
-    the process while it runs (so an interrupted runner can kill it)."""
+    the process while it runs (so an interrupted runner can kill it); ``env`` adds variables."""
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent),
-                                                 os.environ.get("PATH", "")]))
+                                                 os.environ.get("PATH", "")]), **(env or {}))
     timed_out = None
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT,

@@ -74,7 +74,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import class_runner, database, grading
+from autograder import class_runner, database, draw_key, grading
 
 ALLOWED_FAILURES = 1
 WORKER_SATURATION = 1.0
@@ -287,6 +287,7 @@ class GradingJob:
     db_url: str
     course_version: str
     timeout: float
+    draw_key: bytes = b""            # the course's key of hidden draws (autograder.draw_key)
 
 
 @dataclass
@@ -393,8 +394,10 @@ def grade_job(job: GradingJob) -> JobResult:
             path.write_bytes(data)
         log_path = tmp / "nbgrader.log"
         start = time.perf_counter()
+        # the coordinator's key of hidden draws, so this worker draws what the class runner would
+        env = {draw_key.ENV: job.draw_key.decode()} if job.draw_key else None
         rc, timed_out = class_runner.run_nbgrader(
-            class_runner.nbgrader_command(tmp, a, s, job.db_url), tmp, log_path, job.timeout)
+            class_runner.nbgrader_command(tmp, a, s, job.db_url), tmp, log_path, job.timeout, env=env)
         seconds = time.perf_counter() - start
         changed = _files_hash(submission_files(folder)) != _files_hash(job.files)
         out, total = {}, 0
@@ -558,7 +561,7 @@ class DaskRunner(class_runner.Runner):
 
     def job(self, student: str) -> GradingJob:
         return GradingJob(self.assignment, student, submission_files(self.submission(student)),
-                          self.url, self.cluster.version, self.timeout)
+                          self.url, self.cluster.version, self.timeout, draw_key.course_key(self.root) or b"")
 
     def submit(self, student: str):
         from dask._task_spec import Task

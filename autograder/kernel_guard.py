@@ -126,6 +126,21 @@ def install(shell) -> None:
     sha256 = hashlib.sha256
     parse, dump = ast.parse, ast.dump
     user_ns = shell.user_ns
+    import linecache
+    line_cache, filename_map = linecache.cache, getattr(shell.compile, "_filename_map", {})
+    compilerop = modules.get("IPython.core.compilerop")
+
+    def cache_check():
+        """IPython writes every cell's text, a test's included, to ``linecache.cache`` as it compiles
+        it: that dict, and the module IPython's compiler reaches it through, must be the originals."""
+        out = []
+        if compilerop is not None and compilerop.__dict__.get("linecache") is not linecache:
+            compilerop.__dict__["linecache"] = linecache
+            out.append("IPython.core.compilerop.linecache (replaced)")
+        if linecache.__dict__.get("cache") is not line_cache:
+            linecache.__dict__["cache"] = line_cache
+            out.append("linecache.cache (replaced)")
+        return out
     prefixes = tuple(sorted({os.path.realpath(p) + os.sep for p in
                              (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}))
 
@@ -171,6 +186,24 @@ def install(shell) -> None:
                 pristine_record()
     except (ImportError, AttributeError, OSError, SyntaxError):
         pristine_record = pristine_restore = None
+    # the box of the grader's secret for each test's hidden draws (course.toolkit.salts), loaded on
+    # its own like pristine (it imports nothing) and held here: the control cell before a test
+    # fills it, the one after empties it, and a test during which it changed is void
+    salt_box = None
+    try:
+        if spec is not None and spec.submodule_search_locations:
+            path = os.path.join(list(spec.submodule_search_locations)[0], "toolkit", "salts.py")
+            salts = modules.get("course.toolkit.salts")
+            if salts is None and os.path.isfile(path):
+                sspec = importlib.util.spec_from_file_location("course.toolkit.salts", path)
+                salts = importlib.util.module_from_spec(sspec)
+                modules["course.toolkit.salts"] = salts
+                sspec.loader.exec_module(salts)
+            box = getattr(salts, "CURRENT", None)
+            if type(box) is list:
+                salt_box = box
+    except (ImportError, AttributeError, OSError, SyntaxError, NameError):
+        salt_box = None
     for name in wanted:
         if name in modules:
             snapshot(name, modules[name])
@@ -947,6 +980,29 @@ def install(shell) -> None:
                 del user_ns[k]
         gc.collect(1)
 
+    def forget_test(names, text_sha):
+        """After a test: what the kernel would keep of it, dropped before the submission's next cell
+        runs (red team, run 10, read earlier test cells from the input history and printed them into
+        its feedback). The names a test with hidden parts bound (modules kept, as ``free_stored``
+        does), the test's text and the grader's control cells (they carry each test's secret) in
+        IPython's compile cache, and the last exception (its traceback holds the test's frames).
+        A test cell runs outside the input history (``SandboxedExecute``), so ``In``, ``_i`` and the
+        history file never hold it."""
+        for k in names:
+            if type_(k) is str and k in user_ns and type_(user_ns[k]) is not types.ModuleType \
+                    and k not in ("In", "Out", "get_ipython"):
+                del user_ns[k]
+        for name, entry in list_(line_cache.items()):
+            lines = entry[2] if type_(entry) is tuple and len_(entry) > 2 and type_(entry[2]) is list else None
+            if lines is None or not all(type_(x) is str for x in lines):
+                continue
+            text = "".join(lines)
+            if text.startswith(MARK) or sha256(text.rstrip("\n").encode()).hexdigest() == text_sha:
+                del line_cache[name]
+                filename_map.pop(name, None)
+        for k in ("last_type", "last_value", "last_traceback", "last_exc"):
+            sys.__dict__.pop(k, None)
+
     def stack_problems(f):
         """Every frame from run_cell_async up to the kernel's do_execute is IPython's/ipykernel's."""
         f, out = getattr_(getattr_(f, "f_back", None), "f_back", None), []
@@ -1048,7 +1104,7 @@ def install(shell) -> None:
             # noted, and the test graded honestly, as nbgrader does (errors come from the kernel's
             # reply, not the display); any other part of the path replaced voids the test
             shown = [r for r in replaced if r.split(" ")[0].rsplit(".", 1)[-1] in DISPLAY_ONLY]
-            tampered = caller_problems(caller) + [r for r in replaced if r not in shown]
+            tampered = caller_problems(caller) + [r for r in replaced if r not in shown] + cache_check()
             state["signals"] = suspend_signals()
             removed = traced() + side_hooks(True)
             saved, added = container_check(True)
@@ -1057,6 +1113,11 @@ def install(shell) -> None:
                 tampered.append("an input transformer rewrote the grader's control cell")
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
+            state["forget"] = (payload.get("forget") or [], payload.get("text_sha", ""))
+            salt = payload.get("salt", "")
+            state["salt"] = salt if type_(salt) is str else ""
+            if salt_box is not None:
+                salt_box[:] = [state["salt"]]
             restored = imports + restore(payload.get("names", [])) + shown + rebound(True) + \
                 io_check(True) + loop_callbacks(True)
             # What was put back may have been the submission's last reference to an object whose
@@ -1086,6 +1147,12 @@ def install(shell) -> None:
                 pass
         # what the test's own run changed and the restore put back: a binding (``changed``) or, from
         # ``pristine``'s records, a function's code, defaults or closure swapped while it ran
+        if salt_box is not None:
+            if len(salt_box) != 1 or salt_box[0] is not state.get("salt", ""):
+                during.append("the grader's salt for this test's hidden draws (course.toolkit.salts.CURRENT)")
+            salt_box[:] = [""]
+        state["salt"] = ""
+        forget_test(*state.pop("forget", ([], "")))
         report = {"stage": "post", "changed": restore([]) + during}
         # post_* callbacks come back at the next cell: in this control cell they would run after
         # its report and could clear it; the rest now, so the next cell is transformed as before
@@ -1104,7 +1171,7 @@ def install(shell) -> None:
                          for x in items(state["saved"][label] or [])
                          if id_(x) not in {id_(y) for y in items(pristine_c[label][3])}] or [why]
         problems += caller_problems(caller) + stack_problems(caller) + copy_problems()
-        problems += path_check(True) + import_check(True) + \
+        problems += path_check(True) + import_check(True) + cache_check() + \
             [f"{h} (set after the grader's check)" for h in traced() + side_hooks(True)]
         _, added = container_check(True)
         problems += [f"{label} {describe(x)} (added after the grader's check)" for label, x in added]

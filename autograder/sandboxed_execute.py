@@ -52,7 +52,7 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, Unicode
 
-from autograder import demo_cells, sandbox
+from autograder import demo_cells, draw_key, sandbox
 from autograder.gpu_points import NOT_GRADED_GPU  # the line a GPU test left unrun gets (one source)
 
 _PROBED: dict[str, str | None] = {}
@@ -169,6 +169,9 @@ def _stores(source: str) -> list[str]:
     return sorted(found)
 
 
+HIDDEN_MARK = "BEGIN HIDDEN TESTS"  # nbgrader's ClearHiddenTests.begin_test_delimeter
+
+
 def _is_test(cell) -> bool:
     meta = cell.get("metadata", {}).get("nbgrader", {})
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
@@ -207,6 +210,13 @@ class SandboxedExecute(Execute):
         self._skip = self._demo_cells(nb, resources) if self.skip_demos else set()
         _UNGRADED_GPU.clear()
         self._gpu_tests = self._gpu_tests_of(nb, resources)
+        # the course's key of hidden draws (autograder.draw_key): each test cell's secret is mixed
+        # into its salted draws; without a key the draws are the test cells' own
+        self._assignment = str((resources or {}).get("nbgrader", {}).get("assignment") or "")
+        self._key = draw_key.course_key(CourseDirectory(config=self.config).root)
+        if self._key is None:
+            self.log.warning("no key of hidden draws (%s or .draw_key in the course root): hidden draws "
+                             "are the ones written in the test cells (make draw-key)", draw_key.ENV)
         self._cuda = grade_kernel_has_cuda() if self._gpu_tests else False
         self._private = tempfile.mkdtemp(prefix="course-kernel-")
         try:
@@ -273,6 +283,7 @@ class SandboxedExecute(Execute):
 
     async def async_start_new_kernel(self, **kwargs):
         env = dict(kwargs.pop("env", None) or os.environ)
+        env.pop(draw_key.ENV, None)  # the key of hidden draws stays with the grader, sandbox or not
         env.update({"COURSE_SANDBOX_CPU_S": str(self.cpu_seconds),
                     "COURSE_SANDBOX_MEMORY_MB": str(self.memory_mb),
                     "COURSE_SANDBOX_NPROC": str(self.max_processes),
@@ -285,6 +296,15 @@ class SandboxedExecute(Execute):
         return await super().async_start_new_kernel(env=env, **kwargs)
 
     start_new_kernel = run_sync(async_start_new_kernel)  # nbclient binds the base method otherwise
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        """A test cell runs with ``store_history=False``: its text, hidden tests included, never
+        enters the kernel's input history, where a later cell of the submission could read it."""
+        if getattr(self, "_unstored", False):
+            store_history = False
+        return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+
+    execute_cell = run_sync(async_execute_cell)
 
     # -- cells --------------------------------------------------------------------------------
     def preprocess_cell(self, cell, resources, index):
@@ -319,8 +339,14 @@ class SandboxedExecute(Execute):
         test = _is_test(cell) and self.guard
         restored, void = [], []
         if test:
+            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
             payload = {"names": _names(cell.source), "stores": _stores(cell.source),
-                       "sha": hashlib.sha256(cell.source.encode()).hexdigest()}
+                       "sha": hashlib.sha256(cell.source.encode()).hexdigest(),
+                       # what the kernel keeps of the test after it (the guard drops it): the cell's
+                       # text in the compile cache, and, for a test with hidden parts, the names it binds
+                       "text_sha": hashlib.sha256(cell.source.rstrip("\n").encode()).hexdigest(),
+                       "forget": _stores(cell.source) if HIDDEN_MARK in cell.source else [],
+                       "salt": draw_key.cell_secret(self._key, self._assignment, gid)}
             report = self._guard(f"pre {json.dumps(payload)}", index)
             if report is None or report.get("stage") != "pre":
                 why = report.get("error", "") if report else ""
@@ -336,6 +362,7 @@ class SandboxedExecute(Execute):
             void = list(report.get("tampered", []))
         self._timed_out = False
         self._cell_bytes, self._over = 0, False
+        self._unstored = test  # a test cell runs outside the input history (In, _i, the history file)
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -355,6 +382,8 @@ class SandboxedExecute(Execute):
                                        f"running this cell ({str(err).splitlines()[1][:120]}); the "
                                        "cells after it were not run"))
             return cell, resources
+        finally:
+            self._unstored = False
         if self._timed_out:
             self._stopped = f"cell {index} ran past the {self.timeout} s time limit"
         elif self._over:

@@ -8,7 +8,7 @@ no import, inside functions included, closes a cycle):
   ``outputs`` (the logits adapter), ``checks`` and ``baselines``, ``nonfinite`` (the locator and
   the NaN decision tree), ``overfit`` and ``preflight``, ``telemetry``, ``alerts``, ``overlap``,
   ``phases`` (phase clocks, the cost model), ``plots``, ``guards`` (warnings to stdout, functions
-  switched off).
+  switched off), ``salts`` (the grader's secret mixed into hidden draws while a test is graded).
 * ``course.reference``: the course's own run; imports the toolkit and itself. ``data`` (the Markov
   language with exact baselines), ``model`` (a tiny causal transformer with a KV cache),
   ``pipeline`` (the recipe as replaceable parts) and ``parts`` (the healthy defaults of the later

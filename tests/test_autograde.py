@@ -29,7 +29,7 @@ import nbformat
 import pytest
 
 from autograde_cases import CASES as REAL_CASES
-from autograder import bench, demo_cells, grading, toy_course
+from autograder import bench, demo_cells, draw_key, grading, toy_course
 from autograder.sandboxed_execute import NOT_GRADED_GPU, gpu_cells
 from course.exercises import capstone
 
@@ -38,6 +38,12 @@ from course.exercises import capstone
 GPU_GRADING = os.environ.get("GRADE_KERNEL", "").strip().lower() == "gpu"
 
 ASSIGNMENTS = grading.assignments()
+# The course's key of hidden draws for these gradings (autograder/draw_key.py), so every hidden draw
+# is mixed with a secret as in a course with a key. Checked to suit every solution with
+# `COURSE_DRAW_KEY=course-tests-key-1 python -m autograder.draw_key check`; after changing a
+# notebook's hidden tests, run that again, and if a solution's hidden draw fails only under this key,
+# pick another key that `check` accepts.
+TEST_DRAW_KEY = b"course-tests-key-1"
 CASES = REAL_CASES + [c for c in toy_course.CASES if c.assignment in ASSIGNMENTS]
 SOLUTION, RELEASE = "solution", "release_untouched"
 
@@ -137,6 +143,7 @@ def grade(tmp: Path, planned: Plan) -> Graded:
     """Run the whole nbgrader pipeline for ``planned`` in course root ``tmp``."""
     assignment = planned.assignment
     root = grading.make_course_copy(tmp, [assignment])
+    draw_key.write_key(root, TEST_DRAW_KEY)
     grading.nbgrader(root, "generate_assignment", assignment, "--force")
     for student, nb in planned.submissions.items():
         folder = root / "submitted" / student / assignment

@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import grading, sandbox, toy_course
+from autograder import draw_key, grading, sandbox, toy_course
 from autograder.kernel_guard import MARK
 
 LIMITS = ["--SandboxedExecute.timeout=6", "--SandboxedExecute.memory_mb=1536",
@@ -35,6 +35,7 @@ def probe_code(root: Path, port: int) -> str:
 import os, socket
 root = {str(root)!r}
 for what, path in [("solutions", root + "/solutions/toy/toy.ipynb"), ("gradebook", root + "/gradebook.db"),
+                   ("the key of hidden draws", root + "/.draw_key"),
                    ("hidden tests", "toy.ipynb"), ("hidden tests (relative)", "../../../autograded/snoop/toy/toy.ipynb")]:
     try:
         print("LEAK read", what, len(open(path, "rb").read()))
@@ -196,6 +197,10 @@ GUARD_CASES = {
                          "class Fake:\n    def __float__(self):\n        return -4.0\n"
                          "def halve(t):\n    return Fake()", "CellTimeoutError"),
     "shadow_abs": (WRONG + "\ndef abs(x):\n    return 0", "global abs (shadows the builtin)"),
+    # a right answer that empties the grader's secret for the test's hidden draws while the test
+    # runs, so that draws made after it are the ones the test cell's text describes: void
+    "salt_emptied": ("def halve(t):\n    from course.toolkit import salts\n    salts.CURRENT[0] = ''\n"
+                     "    return t / 2", "the grader's salt for this test's hidden draws"),
     "patch_import": (WRONG + "\nimport builtins, types\n_real = builtins.__import__\n"
                              "def _fake(name, *a, **k):\n    if name == 'torch.testing':\n"
                              "        return types.SimpleNamespace(assert_close=lambda *a, **k: None)\n"
@@ -322,6 +327,7 @@ def toy_class(tmp_path_factory, listener):
     assert sandbox.probe() is None, sandbox.probe()
     sandbox.install()
     root = grading.make_course_copy(tmp_path_factory.mktemp("hostile"), [])
+    draw_key.write_key(root, b"a key of the hostile class")  # for the snoop to reach for
     cases = toy_cases(root, listener.getsockname()[1])
     log = _grade(root, "toy", toy_course.toy_notebook(),
                  lambda src: {s: grading.edit_cells(src, edits) for s, (edits, _, _) in cases.items()}, LIMITS)
@@ -332,6 +338,7 @@ def toy_class(tmp_path_factory, listener):
 def guarded_class(tmp_path_factory):
     sandbox.install()
     root = grading.make_course_copy(tmp_path_factory.mktemp("guarded"), [])
+    draw_key.write_key(root, b"a key of the guarded class")  # each test gets a secret (salt_emptied)
     source = _notebook(GUARDED_SOURCE, "guarded")
 
     def submissions(src):
@@ -379,11 +386,13 @@ def test_not_run_cells_say_why(toy_class):
 
 
 def test_snoop_is_blocked(toy_class, listener):
-    """The submission that reads solutions/gradebook/hidden tests, writes the gradebook and another
-    student's submission and opens a socket to the host: all blocked, nothing changed on the host."""
+    """The submission that reads solutions/gradebook/hidden tests/the key of hidden draws, writes the
+    gradebook and another student's submission and opens a socket to the host: all blocked, nothing
+    changed on the host (the course's key file was there to read)."""
     run, _ = toy_class
     out = run.outputs("snoop")["square"]
-    assert "LEAK" not in out and out.count("BLOCKED") == 7, out
+    assert "LEAK" not in out and out.count("BLOCKED") == 8, out
+    assert (run.root / draw_key.KEY_FILE).is_file(), "the key was there to read"
     assert b"HOSTILE-MARKER" not in (run.root / "gradebook.db").read_bytes()
     assert b"HOSTILE-MARKER" not in (run.root / "submitted/good/toy/toy.ipynb").read_bytes()
     with pytest.raises(OSError):

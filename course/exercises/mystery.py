@@ -55,6 +55,7 @@ from ..reference.model import Attention, TinyGPT, attention_mask
 from ..reference.pipeline import PARTS, Pipeline, _windows
 from ..reference.train import Run
 from ..toolkit.batch import Batch
+from ..toolkit.salts import mixed as _mixed
 from ..toolkit.guards import SwitchedOff
 from .grading import captured_warnings, switched_off
 from .isolation import Sealed, rng_state, run_apart, set_rng_state
@@ -628,13 +629,16 @@ def draw(candidates: Sequence[str], seed: int, base: Pipeline | None = None, sal
     if not candidates:
         raise ValueError("draw needs at least one candidate")
     base = Pipeline() if base is None else base
+    salt = _mixed(salt)
     answer = random.Random(f"{salt}|{seed}|bug").choice(list(candidates))
-    return make(answer, seed, base, salt)
+    pipe, secret = _made(answer, seed, base, salt)
+    _store(pipe, secret)
+    return pipe
 
 
 def make(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -> Pipeline:
     """Like ``draw``, with the answer chosen by the caller (for grading fresh draws of one bug)."""
-    pipe, secret = _made(answer, seed, base, salt)
+    pipe, secret = _made(answer, seed, base, _mixed(salt))
     _store(pipe, secret)
     return pipe
 
@@ -685,8 +689,9 @@ def hidden_touched(draw: Hidden) -> tuple[str, ...]:
 
 def hidden(answer: str, seed: int, base: Pipeline | None = None, salt: str = "") -> Hidden:
     """A hidden draw for a test cell: ``make``'s draw, made where the learner's function is graded
-    (see ``Hidden``)."""
-    return Hidden(answer, seed, base, salt)
+    (see ``Hidden``). The salt is joined here with the grader's secret of the running test
+    (``course.toolkit.salts``), so while a submission is graded the record holds the mixed salt."""
+    return Hidden(answer, seed, base, _mixed(salt))
 
 
 def forget_all() -> None:

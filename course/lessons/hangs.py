@@ -669,16 +669,20 @@ def start(kind: str = HEALTHY, seed: int = 0, salt: str = "", shards: list | Non
     """Start a job of ``kind`` (``KINDS``) with the settings of ``seed``/``salt``. ``shards``
     (``[step][rank] -> ids``) replaces ``default_shards``; ``timeout_s`` is the process group's
     timeout (the default is long enough that a hang stays a hang); ``watchdog_s`` > 0 arms each
-    rank's faulthandler watchdog (``Job.watchdog``). Returns at once."""
-    plan = _plan(kind, seed, salt, shards, timeout_s, watchdog_s)
+    rank's faulthandler watchdog (``Job.watchdog``). Returns at once. A salt is joined with the
+    grader's secret of the running test (``course.toolkit.salts``; nothing outside grading)."""
+    from ..toolkit.salts import mixed  # here, not at the top: notebook 13's saved dumps name lines above
+    plan = _plan(kind, seed, mixed(salt), shards, timeout_s, watchdog_s)
     address = launcher().address
     token = _request(address, {"op": "start", "plan": plan})["job"]
     return Job(address, token, plan["world"], plan["steps"], plan["n_examples"], plan["batch_size"], budget_s)
 
 
 def draw_kind(seed: int, salt: str = "", candidates=KINDS) -> str:
-    """The kind a mystery ``seed`` draws among ``candidates`` (its own stream, not the settings')."""
-    return _rng(seed, salt, "kind").choice(list(candidates))
+    """The kind a mystery ``seed`` draws among ``candidates`` (its own stream, not the settings'),
+    with ``salt`` joined to the grader's secret as in ``start``."""
+    from ..toolkit.salts import mixed
+    return _rng(seed, mixed(salt), "kind").choice(list(candidates))
 
 
 def draw(seed: int, salt: str = "", candidates=KINDS, budget_s: float = 4.0) -> Job:
