@@ -130,6 +130,29 @@ def install(shell) -> None:
     line_cache, filename_map = linecache.cache, getattr(shell.compile, "_filename_map", {})
     compilerop = modules.get("IPython.core.compilerop")
 
+    # No other process of the kernel's user may read the kernel's memory or a graded call's (fork)
+    # while a test runs: a helper process the submission started could otherwise sample the sealed
+    # call's stack with py-spy, or read the test's locals (red team, run 11). PR_SET_DUMPABLE 0 does
+    # that (ptrace and /proc/<pid>/mem need CAP_SYS_PTRACE, which nothing in the sandbox has; a fork
+    # keeps it, an exec resets it). Set now and before each test; a test during which it was set back
+    # is void.
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl.restype = ctypes.c_int
+    except (ImportError, OSError, AttributeError):
+        prctl = None
+
+    def undumpable():
+        """Make this process undumpable; the problems found (names), none when it already was."""
+        if prctl is None:
+            return []
+        was = prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+        prctl(4, 0, 0, 0, 0)         # PR_SET_DUMPABLE 0
+        return [] if was == 0 else ["the kernel's process was made readable by other processes (PR_SET_DUMPABLE)"]
+
+    undumpable()
+
     def cache_check():
         """IPython writes every cell's text, a test's included, to ``linecache.cache`` as it compiles
         it: that dict, and the module IPython's compiler reaches it through, must be the originals."""
@@ -1104,7 +1127,8 @@ def install(shell) -> None:
             # noted, and the test graded honestly, as nbgrader does (errors come from the kernel's
             # reply, not the display); any other part of the path replaced voids the test
             shown = [r for r in replaced if r.split(" ")[0].rsplit(".", 1)[-1] in DISPLAY_ONLY]
-            tampered = caller_problems(caller) + [r for r in replaced if r not in shown] + cache_check()
+            tampered = caller_problems(caller) + [r for r in replaced if r not in shown] + cache_check() + \
+                undumpable()
             state["signals"] = suspend_signals()
             removed = traced() + side_hooks(True)
             saved, added = container_check(True)
@@ -1153,6 +1177,7 @@ def install(shell) -> None:
             salt_box[:] = [""]
         state["salt"] = ""
         forget_test(*state.pop("forget", ([], "")))
+        during += undumpable()
         report = {"stage": "post", "changed": restore([]) + during}
         # post_* callbacks come back at the next cell: in this control cell they would run after
         # its report and could clear it; the rest now, so the next cell is transformed as before
@@ -1171,7 +1196,7 @@ def install(shell) -> None:
                          for x in items(state["saved"][label] or [])
                          if id_(x) not in {id_(y) for y in items(pristine_c[label][3])}] or [why]
         problems += caller_problems(caller) + stack_problems(caller) + copy_problems()
-        problems += path_check(True) + import_check(True) + cache_check() + \
+        problems += path_check(True) + import_check(True) + cache_check() + undumpable() + \
             [f"{h} (set after the grader's check)" for h in traced() + side_hooks(True)]
         _, added = container_check(True)
         problems += [f"{label} {describe(x)} (added after the grader's check)" for label, x in added]

@@ -220,3 +220,24 @@ def test_the_faulthandler_watchdog_dumps_a_stuck_rank_and_stays_quiet_on_a_healt
     assert "Timeout (0:00:01)!" in dumps[short] and "in _tally" in dumps[short], dumps[short][:300]
     assert all("in all_reduce" in d for r, d in enumerate(dumps) if r != short)
     assert healthy.watchdog() == ["", "", ""], "a healthy job's ranks never stall for a second"
+
+
+def test_the_launcher_runs_only_the_packages_code(tmp_path, monkeypatch):
+    """A launcher started after a notebook put a ``sitecustomize`` on ``PYTHONPATH`` does not run it
+    (red team, run 11: it ran inside the launcher and told the ranks' plans). Control: a plain
+    Python started with the same environment runs it."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "ran"
+    (tmp_path / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert marker.exists(), "control: the planted sitecustomize should run in a plain Python"
+    marker.unlink()
+    launcher = hangs.Launcher()
+    try:
+        assert launcher.alive()
+    finally:
+        launcher.close()
+    assert not marker.exists(), "the launcher ran a sitecustomize from the notebook's PYTHONPATH"

@@ -641,7 +641,7 @@ def test_hostile_submissions_keep_their_results_on_a_worker(toy, coordinators, c
         for text in (reason,) if isinstance(reason, str) else reason or ():
             assert any(text in o for o in outs.values()), (student, text, outs)
     snoop = outs_of(root, "snoop")["square"]
-    assert "LEAK" not in snoop and snoop.count("BLOCKED") == 8, snoop
+    assert "LEAK" not in snoop and snoop.count("BLOCKED") == 9, snoop
     assert not (workers_base / "w1" / "course" / "gradebook.db").exists()
 
 

@@ -53,6 +53,15 @@ try:
     print("LEAK network")
 except OSError as err:
     print("BLOCKED network", type(err).__name__)
+import ctypes, subprocess, sys
+def read_kernel():  # a process of the submission's opens the kernel's memory (what py-spy reads)
+    return subprocess.run([sys.executable, "-c", f"open('/proc/{{os.getpid()}}/mem', 'rb')"],
+                          capture_output=True).returncode == 0
+print("LEAK read the kernel's memory" if read_kernel() else "BLOCKED read the kernel's memory")
+prctl = ctypes.CDLL(None).prctl
+prctl(4, 1, 0, 0, 0)  # control: PR_SET_DUMPABLE 1, as the kernel would be without the guard
+print("CONTROL the kernel's memory", "readable" if read_kernel() else "unreadable", "once dumpable")
+prctl(4, 0, 0, 0, 0)
 """
 
 
@@ -387,11 +396,14 @@ def test_not_run_cells_say_why(toy_class):
 
 def test_snoop_is_blocked(toy_class, listener):
     """The submission that reads solutions/gradebook/hidden tests/the key of hidden draws, writes the
-    gradebook and another student's submission and opens a socket to the host: all blocked, nothing
-    changed on the host (the course's key file was there to read)."""
+    gradebook and another student's submission, opens a socket to the host and opens the kernel's
+    memory from a process of its own (what py-spy needs: red team, run 11): all blocked, nothing
+    changed on the host (the course's key file was there to read). Control: once the submission
+    makes the kernel dumpable again, the same process opens it."""
     run, _ = toy_class
     out = run.outputs("snoop")["square"]
-    assert "LEAK" not in out and out.count("BLOCKED") == 8, out
+    assert "LEAK" not in out and out.count("BLOCKED") == 9, out
+    assert "CONTROL the kernel's memory readable once dumpable" in out, out
     assert (run.root / draw_key.KEY_FILE).is_file(), "the key was there to read"
     assert b"HOSTILE-MARKER" not in (run.root / "gradebook.db").read_bytes()
     assert b"HOSTILE-MARKER" not in (run.root / "submitted/good/toy/toy.ipynb").read_bytes()

@@ -36,9 +36,9 @@ A handle's fields (world, steps, examples, batch size, budget) are drawn indepen
 the ranks' argv is the launcher's, their environment is the launcher's, their files are named by
 rank only, and their functions are the same in every job: a stack shows *where* a rank waits, never
 which hang was put in. Limits: the launcher and the ranks are ordinary processes of the caller's
-user, so code that runs *outside* a sealed call (an ordinary cell) can read their memory
-(``/proc/<pid>/mem``, ``py-spy dump --locals``); grading therefore starts hidden jobs from the test
-cell with a salt, as ``course.exercises.mystery`` does with its fresh draws. Timing decides a hang
+user, so code outside a sealed call (a cell, or a process a notebook left running) can read their
+memory (``/proc/<pid>/mem``, ``py-spy dump --locals``); grading starts hidden jobs from the test cell
+with a salt (as ``mystery`` does), and a process left running reads them too. Timing decides a hang
 only by absence of progress: on a machine loaded enough to stall a healthy rank for ``stall_s``,
 a detector can be fooled; the step is milliseconds, the stall thresholds seconds.
 
@@ -515,14 +515,21 @@ def _request(address: str, message: dict, timeout_s: float = 30.0) -> dict:
 
 class Launcher:
     """The launcher process, seen from its caller: ``start(plan)`` returns a job token; ``close()``
-    ends the launcher and every rank it started (also at the caller's exit)."""
+    ends the launcher and every rank it started (also at the caller's exit). It runs isolated
+    (``python -I``) with only the variables of ``LAUNCHER_ENV``, so it and its ranks run this
+    module's code whatever a notebook put in its environment."""
 
     def __init__(self, ready_timeout_s: float = 60.0):
         self.folder = tempfile.mkdtemp(prefix="launcher-")
         self.address = os.path.join(self.folder, "socket")
         log = open(os.path.join(self.folder, "launcher.log"), "w")
-        self.process = subprocess.Popen([sys.executable, "-m", "course.lessons.hangs", self.address],
+        # isolated (-I: no PYTHONPATH, no user site, no script folder on the path) and with an
+        # environment of named variables only (no LD_PRELOAD, no PYTHON*): what runs in the launcher
+        # and its ranks is the package's code, whatever a notebook put in os.environ (red team,
+        # run 11: a sitecustomize on PYTHONPATH ran inside a restarted launcher)
+        self.process = subprocess.Popen([sys.executable, "-I", "-m", "course.lessons.hangs", self.address],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                        env=_launcher_env(),
                                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         log.close()
         ready, _, _ = select.select([self.process.stdout], [], [], ready_timeout_s)
@@ -555,6 +562,13 @@ class Launcher:
 
 
 _LAUNCHER: list[Launcher] = []
+LAUNCHER_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _launcher_env() -> dict:
+    """The launcher's environment: only the variables of ``LAUNCHER_ENV`` that are set here."""
+    return {k: os.environ[k] for k in LAUNCHER_ENV if k in os.environ}
 
 
 def launcher() -> Launcher:
