@@ -20,7 +20,10 @@ within the steps a test trains (measured: under one of two random keys the solut
 hidden draw and its fixed pipeline still spiked). So ``new`` draws a key, runs every solution
 notebook with the key's secrets set before each test cell (``check``: the test cells assert, as
 grading does) and keeps the key only when every solution passes every test; otherwise it draws
-another, up to ``--tries`` times. Run ``check`` again after changing a notebook's tests.
+another, up to ``--tries`` times. Run ``check`` again after changing a notebook's tests. A key can
+also let a wrong answer through that a test's own draws catch (under the tests' key, two wrong fp16
+detectors pass 10's ``test_fp16_detect``); ``check`` cannot see that, the wrong answers of
+``tests/`` can: ``COURSE_DRAW_KEY=<key> make test-autograde``.
 
 **Where it lives:** ``COURSE_DRAW_KEY`` in the grader's environment when set, else the file
 ``.draw_key`` in the course root (mode 0600; the sandboxed kernel sees no file of the course root,

@@ -58,6 +58,12 @@ import sys
 import threading
 import types
 
+# What a test cell's name may keep after the test (kernel_guard's forget_test): a definition or an
+# import, and, for a name the notebook bound before the test, its old value when also a plain constant
+DEFINITION_TYPES = frozenset({types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type})
+KEPT_TYPES = DEFINITION_TYPES | frozenset({int, float, complex, str, bytes, bool, type(None)})
+
+
 def course_modules() -> tuple:
     """Every module of the ``course`` package, named from its files (nothing is imported): hidden
     tests call the package's checks (``course.lessons.throughput.problems``, ``course.lessons.valgap...``), so a
@@ -1003,17 +1009,24 @@ def install(shell) -> None:
                 del user_ns[k]
         gc.collect(1)
 
-    def forget_test(names, text_sha):
+    def forget_test(names, kept, text_sha):
         """After a test: what the kernel would keep of it, dropped before the submission's next cell
         runs (red team, run 10, read earlier test cells from the input history and printed them into
-        its feedback). The names a test with hidden parts bound (modules kept, as ``free_stored``
-        does), the test's text and the grader's control cells (they carry each test's secret) in
-        IPython's compile cache, and the last exception (its traceback holds the test's frames).
-        A test cell runs outside the input history (``SandboxedExecute``), so ``In``, ``_i`` and the
+        its feedback). Of the names a test with hidden parts bound: one the notebook had before the
+        test gets its old value back when that was a module, function, class or plain constant
+        (``kept``: the notebook's own imports, ``IGNORE``, ``batch_at``, which its later cells use);
+        any other keeps what the test bound only when it is a module, function or class (an import
+        of the test's), and is dropped otherwise (the test's data: its draws, labels and salts).
+        Then the test's text and the grader's control cells (they carry each test's secret) in
+        IPython's compile cache, and the last exception (its traceback holds the test's frames). A
+        test cell runs outside the input history (``SandboxedExecute``), so ``In``, ``_i`` and the
         history file never hold it."""
         for k in names:
-            if type_(k) is str and k in user_ns and type_(user_ns[k]) is not types.ModuleType \
-                    and k not in ("In", "Out", "get_ipython"):
+            if k in ("In", "Out", "get_ipython"):
+                continue
+            if k in kept:
+                user_ns[k] = kept[k]
+            elif k in user_ns and type_(user_ns[k]) not in DEFINITION_TYPES:
                 del user_ns[k]
         for name, entry in list_(line_cache.items()):
             lines = entry[2] if type_(entry) is tuple and len_(entry) > 2 and type_(entry[2]) is list else None
@@ -1120,6 +1133,8 @@ def install(shell) -> None:
             payload = loads(parts[2]) if len(parts) > 2 else {}
             if isinstance_(payload, list):
                 payload = {"names": payload}
+            forget = [k for k in (payload.get("forget") or []) if type_(k) is str]
+            kept = {k: user_ns[k] for k in forget if k in user_ns and type_(user_ns[k]) in KEPT_TYPES}
             free_stored(payload.get("stores", []))
             replaced = path_check(True)
             imports = import_check(True)  # before anything below imports or reads a module
@@ -1137,7 +1152,7 @@ def install(shell) -> None:
                 tampered.append("an input transformer rewrote the grader's control cell")
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
-            state["forget"] = (payload.get("forget") or [], payload.get("text_sha", ""))
+            state["forget"] = (forget, kept, payload.get("text_sha", ""))
             salt = payload.get("salt", "")
             state["salt"] = salt if type_(salt) is str else ""
             if salt_box is not None:
@@ -1176,7 +1191,7 @@ def install(shell) -> None:
                 during.append("the grader's salt for this test's hidden draws (course.toolkit.salts.CURRENT)")
             salt_box[:] = [""]
         state["salt"] = ""
-        forget_test(*state.pop("forget", ([], "")))
+        forget_test(*state.pop("forget", ([], {}, "")))
         during += undumpable()
         report = {"stage": "post", "changed": restore([]) + during}
         # post_* callbacks come back at the next cell: in this control cell they would run after

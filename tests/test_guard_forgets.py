@@ -3,8 +3,8 @@
 A red team's tenth pass (2026-12-06) read the hidden test cells of 04 and 12 from the kernel's input
 history in a later answer cell, printed them into its feedback, and answered its next submission
 from a table. The grader now runs a test cell outside the input history (``SandboxedExecute``), and
-the guard's control cell after the test (``autograder.kernel_guard``) drops the names a test with
-hidden parts bound, the test's text and the grader's control cells (which carry the test's secret,
+the guard's control cell after the test (``autograder.kernel_guard``) drops the data a test with
+hidden parts bound (a name the notebook had gets its old value back; an import stays), the test's text and the grader's control cells (which carry the test's secret,
 ``course.toolkit.salts``) from IPython's compile cache, and the last exception; the box of the
 secret is empty again.
 
@@ -59,7 +59,8 @@ SENTINEL = "h-sen" + "tinel-77"
 SECRET = "the-cell-" + "secret-5f1e"
 test = ("import course.toolkit.salts as _salts\n"
         "### BEGIN HIDDEN TESTS\n"
-        f"_seen = _salts.CURRENT[0]\n_draws = {{{SENTINEL!r}: 1}}\n"
+        f"_seen = _salts.CURRENT[0]\n_draws = {{{SENTINEL!r}: 1}}\nkeep_me = {{{SENTINEL!r}: 2}}\n"
+        "from os.path import join as _join\n"
         f"assert _seen == {SECRET!r}, 'the test did not get its secret'\n"
         f"raise AssertionError({SENTINEL!r} + ' failed')\n"
         "### END HIDDEN TESTS\n")
@@ -67,7 +68,7 @@ payload = {"names": _names(test), "stores": _stores(test), "sha": hashlib.sha256
            "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": _stores(test),
            "salt": SECRET}
 try:
-    run("x = 1")
+    run("x = 1\nkeep_me = 5")
     run(f"{MARK} pre {json.dumps(payload)}", store_history=False)
     _, error = run(test, store_history=False)
     ran_with_secret = SENTINEL in error
@@ -91,6 +92,10 @@ if any(w in repr(getattr(sys, "last_value", "")) for w in _want):
     _found.add("sys.last_value")
 if salts.CURRENT[0]:
     _found.add("the secret in course.toolkit.salts")
+if globals().get("keep_me") != 5:
+    _found.add("the notebook's keep_me not put back")
+if "_join" not in globals():
+    _found.add("the test's import dropped")
 print("FOUND", sorted(_found))
 """)
     found = eval(found.split("FOUND", 1)[1])
