@@ -14,8 +14,8 @@ bug. ``draw`` makes sure of that:
   learning rate, warm-up), from its own random stream, so its distribution is the same for every
   bug: a function of the settings cannot beat chance. The configuration is still the draw's own,
   so a "fix" that returns a fresh reference pipeline changes it and is caught.
-* **Hidden tests pass a salt** the learner never sees, so a table built from visible draws does
-  not predict hidden ones.
+* **Hidden tests pass a salt** of their own (mixed with the course's key while graded:
+  ``course.toolkit.salts``), so a table built from visible draws does not predict hidden ones.
 
 Where the answer lives: in this process, in ``_SECRETS``, for grading. A graded call of learner code
 never runs here: ``course.exercises.isolation.run_apart`` runs it in a forked, sealed process that has
@@ -23,7 +23,7 @@ forgotten every answer (``forget_all``), in which a part's function cannot be re
 holds it inside a suspended generator, and the routes into one are refused). Calling a part shows
 what it does: that is a test, and allowed. Outside graded calls (an ordinary cell) a learner can
 read the answers of the visible draws; grading therefore always includes fresh draws made inside
-the test cell, with a salt the learner does not see.
+the test cell, with a hidden test's salt (and the course's key, when it has one).
 
 Grading a fix: ``touched(pipe)`` names the fields the bug lives in; ``check_fix`` applies a learner's
 ``fix`` and insists that every other part is the same object and every other setting an equal plain value, then hands the fixed pipeline to a
