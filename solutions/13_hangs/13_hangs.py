@@ -121,10 +121,10 @@ plt.show()
 # ## Hypotheses
 #
 # Three causes give this symptom, all from Bekman's chapter:
-# 1. **A collective one rank skips** under a data-dependent branch (an empty shard of an uneven last
-#    batch): that rank moves on to the *next* collective, the others wait in this one.
-# 2. **A barrier one rank never reaches**: it waits for something that another rank does only after
-#    the barrier.
+# 1. **A collective some ranks skip** under a data-dependent branch (empty shards of an uneven last
+#    batch): those ranks move on to the *next* collective, the others wait in this one.
+# 2. **A barrier some ranks never reach**: they wait, outside any collective, for something that
+#    another rank does only after the barrier, while that rank waits in it.
 # 3. **A data-loading worker that deadlocks**: one rank waits for a batch that never comes; the others
 #    wait for it in the next collective.
 #
@@ -135,7 +135,7 @@ plt.show()
 #
 # `job.stacks()` runs `py-spy dump --pid` on each rank (py-spy reads a process's memory from outside;
 # the rank does not have to cooperate). `hangs.brief` keeps each thread's innermost frame and its
-# frames in the course's own code. A thread's `(idle)` or `(active)` is the state py-spy read for it
+# three innermost frames in the course's own code. A thread's `(idle)` or `(active)` is the state py-spy read for it
 # at the instant of the dump: a rank that waits by polling (a short sleep in a loop, as the ranks that
 # never reach the barrier would under hypothesis 2) can show either flag from one dump to the next, so
 # read where each rank waits, not that flag.
@@ -274,7 +274,7 @@ with_text(widgets.VBox([choice, view]), lambda: "\n\n".join(evidence.values()))
 # %% [markdown]
 # * **Barrier never reached**: rank 0 waits in the checkpoint's `barrier`; the others wait in
 #   `_wait_for_checkpoint` for a file rank 0 writes only after the barrier. No collective differs: the
-#   stuck ranks are outside any collective.
+#   polling ranks are outside any collective.
 # * **Loader deadlock**: one rank's main thread waits in `Queue.get`, and its `data-worker` thread in
 #   `_tally`, on the lock the worker itself holds; the others wait in the step's `all_reduce`.
 # * **Healthy**: every rank exited; nothing to dump.
