@@ -197,22 +197,32 @@ def install(shell) -> None:
     # module of course): put back before each test, so the test cell's own work runs on them too.
     # The file is loaded on its own, under its package name: importing the package would import
     # torch in every kernel, a toy course's too
+    import importlib.util
+    try:
+        course_spec = importlib.util.find_spec("course")
+    except (ImportError, ValueError):
+        course_spec = None
+
+    def load_alone(name, *parts):
+        """The module ``name`` of course (its file: ``parts`` under the package), loaded on its own
+        under its name unless already imported; None when course or the file is missing."""
+        module = modules.get(name)
+        if module is None and course_spec is not None and course_spec.submodule_search_locations:
+            path = os.path.join(list(course_spec.submodule_search_locations)[0], *parts)
+            if os.path.isfile(path):
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                modules[name] = module
+                spec.loader.exec_module(module)
+        return module
+
     pristine_record = pristine_restore = pristine_code = None
     try:
-        import importlib.util
-        spec = importlib.util.find_spec("course")
-        if spec is not None and spec.submodule_search_locations:
-            path = os.path.join(list(spec.submodule_search_locations)[0], "exercises", "pristine.py")
-            pristine = modules.get("course.exercises.pristine")
-            if pristine is None and os.path.isfile(path):
-                pspec = importlib.util.spec_from_file_location("course.exercises.pristine", path)
-                pristine = importlib.util.module_from_spec(pspec)
-                modules["course.exercises.pristine"] = pristine
-                pspec.loader.exec_module(pristine)
-            if pristine is not None:
-                pristine_record, pristine_restore = pristine.record, pristine.restore
-                pristine_code = (pristine_record.__code__, pristine_restore.__code__)
-                pristine_record()
+        pristine = load_alone("course.exercises.pristine", "exercises", "pristine.py")
+        if pristine is not None:
+            pristine_record, pristine_restore = pristine.record, pristine.restore
+            pristine_code = (pristine_record.__code__, pristine_restore.__code__)
+            pristine_record()
     except (ImportError, AttributeError, OSError, SyntaxError):
         pristine_record = pristine_restore = None
     # the box of the grader's secret for each test's hidden draws (course.toolkit.salts), loaded on
@@ -220,18 +230,9 @@ def install(shell) -> None:
     # fills it, the one after empties it, and a test during which it changed is void
     salt_box = None
     try:
-        if spec is not None and spec.submodule_search_locations:
-            path = os.path.join(list(spec.submodule_search_locations)[0], "toolkit", "salts.py")
-            salts = modules.get("course.toolkit.salts")
-            if salts is None and os.path.isfile(path):
-                sspec = importlib.util.spec_from_file_location("course.toolkit.salts", path)
-                salts = importlib.util.module_from_spec(sspec)
-                modules["course.toolkit.salts"] = salts
-                sspec.loader.exec_module(salts)
-            box = getattr(salts, "CURRENT", None)
-            if type(box) is list:
-                salt_box = box
-    except (ImportError, AttributeError, OSError, SyntaxError, NameError):
+        box = getattr(load_alone("course.toolkit.salts", "toolkit", "salts.py"), "CURRENT", None)
+        salt_box = box if type(box) is list else None
+    except (ImportError, AttributeError, OSError, SyntaxError):
         salt_box = None
     for name in wanted:
         if name in modules:
