@@ -64,6 +64,8 @@ class Graded:
     log: str                # autograde + feedback output, for failure messages
     unusable: dict          # id(case) -> why that case could not be submitted
     packed: dict            # id(case) -> (the student it was submitted as, every cell its group loses)
+    control_log: str = ""   # generate_feedback of the solution without ClearHiddenTests (feedback_control/)
+    export_log: str = ""    # nbgrader export to grades.csv
 
     def scores(self, student):
         return grading.scores(self.root, self.assignment, student)
@@ -157,8 +159,20 @@ def grade(tmp: Path, planned: Plan) -> Graded:
         (folder / f"{assignment}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     log = grading.nbgrader(root, "autograde", assignment, "--force", check=False).stdout
     log += grading.nbgrader(root, "generate_feedback", assignment, "--force", check=False).stdout
+    # What the feedback and export tests read is made here too, in the pipeline's own thread. Run
+    # by those tests, one after another once every pipeline had ended, these two steps kept the
+    # phase going on one core for about 110 s after the last pipeline (fresh-clone run of 11c5380:
+    # pipelines done at 1141 s, phase at 1252 s).
+    # The control page: the solution's feedback without ClearHiddenTests, which must show them.
+    control = grading.nbgrader(root, "generate_feedback", assignment, "--force", f"--student={SOLUTION}",
+                               "--CourseDirectory.feedback_directory=feedback_control",
+                               "--GenerateFeedback.preprocessors=nbgrader.preprocessors.GetGrades",
+                               "--GenerateFeedback.preprocessors=nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+                               check=False)
+    export = grading.nbgrader(root, "export", f"--to={root / 'grades.csv'}", check=False)
     return Graded(root, assignment, planned.source, grading.graded_cells(planned.source),
-                  list(planned.submissions), log, planned.unusable, planned.packed)
+                  list(planned.submissions), log, planned.unusable, planned.packed,
+                  control.stdout, export.stdout)
 
 
 def _selected_assignments(request) -> list:
@@ -375,11 +389,10 @@ def test_feedback_shows_no_hidden_tests(graded, assignment):
     for student in run.students:
         leaked = sorted(secret & _lines(run.feedback(student)))
         assert not leaked, f"feedback of {student} shows hidden-test lines: {leaked[:5]}"
-    # control: the same feedback without ClearHiddenTests does show them, so the check can see
-    grading.nbgrader(run.root, "generate_feedback", assignment, "--force", f"--student={SOLUTION}",
-                     "--CourseDirectory.feedback_directory=feedback_control",
-                     "--GenerateFeedback.preprocessors=nbgrader.preprocessors.GetGrades",
-                     "--GenerateFeedback.preprocessors=nbconvert.preprocessors.CSSHTMLHeaderPreprocessor")
+    # control: the same feedback without ClearHiddenTests (made by ``grade``) does show them, so
+    # the check can see
+    control = run.root / "feedback_control" / SOLUTION / assignment / f"{assignment}.html"
+    assert control.exists(), f"the control feedback page was not made:\n{run.control_log[-3000:]}"
     missing = secret - _lines(run.feedback(SOLUTION, "feedback_control"))
     assert not missing, f"control feedback lacks hidden-test lines: {sorted(missing)[:5]}"
 
@@ -387,7 +400,8 @@ def test_feedback_shows_no_hidden_tests(graded, assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_export_has_every_submission(graded, assignment):
     run = graded(assignment)
-    grading.nbgrader(run.root, "export", f"--to={run.root / 'grades.csv'}")
+    assert (run.root / "grades.csv").exists(), f"nbgrader export (run by ``grade``) wrote no CSV:\n" \
+                                               f"{run.export_log[-3000:]}"
     with open(run.root / "grades.csv", newline="") as f:
         rows = {r["student_id"]: r for r in csv.DictReader(f) if r["assignment"] == assignment}
     assert set(run.students) <= set(rows), f"missing rows: {sorted(set(run.students) - set(rows))}"
