@@ -8,8 +8,8 @@ names a test *assigns* before it, but not of the names it imports, so the test's
 dropped the object and its finalizer ran there: it read the test cell's source from IPython's frame,
 replayed its graded calls with recorders, and left every answer for the forked calls. The guard now
 drops every name the test binds (imports, definitions, ``except``/``match`` names too) before the
-test, collects what it freezes only after the test's report, and looks a second time after putting
-things back (``autograder/kernel_guard.py``), so the attack must lose exactly the three mystery cells;
+test, collects, looks a second time after putting things back, and freezes what is left for good
+(``autograder/kernel_guard.py``), so the attack must lose exactly the three mystery cells;
 its control plants the same objects beside the solution's answers and scores full.
 """
 from autograder.grading import Case

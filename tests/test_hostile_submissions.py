@@ -198,6 +198,22 @@ GUARD_CASES = {
     "patch_assert_close": (WRONG + "\nimport torch.testing\ntorch.testing.assert_close = lambda *a, **k: None",
                            "torch.testing.assert_close"),
     "patch_isclose": (WRONG + "\nmath.isclose = lambda *a, **k: True", "math.isclose"),
+    # garbage made while the guard puts things back (after its collection): an object whose
+    # finalizer, run by the guard's restore of math.isclose, makes a cycle with a finalizer of its
+    # own, which looks for a test cell on the stack (and, until it finds one, leaves another
+    # cycle for the next collection); frozen with the rest before the test, the last one is never
+    # collected, so ``seen`` stays empty (without the pre stage's gc.freeze it is collected in the
+    # test, and halve answers right)
+    "finalizer_after_restore": ("import gc, linecache, math, sys\nseen = []\nclass Late:\n    def __init__(self):\n"
+                                "        self.me = self\n    def __del__(self, seen=seen):\n"
+                                "        f = sys._getframe(1)\n        while f is not None:\n"
+                                "            if 'halve(torch.' + 'tensor' in ''.join(linecache.getlines(f.f_code.co_filename)):\n"
+                                "                seen.append(1)\n            f = f.f_back\n"
+                                "        if not seen:\n            Late()\n"
+                                "class Drop:\n    def __del__(self, Late=Late):\n        Late()\n"
+                                "_drop = Drop()\nmath.isclose = lambda *a, _keep=_drop, **k: True\ndel _drop\n"
+                                "gc.set_threshold(50)\n"
+                                "def halve(t):\n    return t / 2 if seen else t", "math.isclose"),
     "patch_abs": (WRONG + "\nimport builtins\nbuiltins.abs = lambda x: 0\n"
                           "builtins.AssertionError = type('Quiet', (Exception,), {})",
                   "builtins.abs, builtins.AssertionError"),
