@@ -7,16 +7,19 @@ draws at home and answer them from a table. So while a submission is graded, the
 guard (``autograder.kernel_guard``) puts a secret of the grader's in ``CURRENT`` before each test
 cell and empties it after; every function that draws with a salt (``course.exercises.mystery``'s
 ``draw``, ``make`` and ``hidden``, ``course.lessons.hangs``' ``start`` and ``draw``) passes the salt
-through ``mixed`` first. The secret is different for every test cell of every submission
-(``autograder.draw_key``: a keyed hash of the course's key, the student, the submission's cells and
-the test's id), so a table of one grading's hidden draws identifies nothing in the next one.
+through ``mixed`` first. The secret is one per test cell of the course (``autograder.draw_key``: a
+keyed hash of the course's key, the assignment and the test's id), the same for every submission,
+so a table built from the repository's salts answers nothing, and another course's key draws other
+cases; a secret that leaks is worth a table for that test in the same course.
 
 Outside grading (JupyterLab, nbval, Validate) ``CURRENT`` holds ``""`` and every draw is the one the
 notebook shows. A draw without a salt (the notebooks' visible mysteries) is never mixed.
 
-Limits: the secret is in the kernel while its test cell runs, so learner code that the test calls in
-the kernel (``check_fix``'s re-run of a fix) can read it; it is that test's and that submission's
-alone, and it is gone before the next cell.
+Limits: the secret is in the kernel while its test cell runs, and in the text of the guard's
+control cell before it, so learner code that runs then can read it: ``check_fix``'s re-run of a
+fix, a finalizer or a collector callback of the submission's while the control cell is handled
+(``docs/grading-integrity.md``, ``tests/test_guard_secret_reach.py``). The box is empty again
+before the next cell.
 """
 
 from __future__ import annotations
