@@ -20,40 +20,9 @@ import sys
 import pytest
 
 from autograder import grading
+from guard_kernel_driver import PREAMBLE
 
-DRIVER = r'''
-import hashlib, json, os, subprocess, sys, tempfile
-from jupyter_client import BlockingKernelClient
-from jupyter_client.connect import write_connection_file
-from autograder import kernel_guard, sandbox
-from autograder.sandboxed_execute import _names, _stores
-
-folder = tempfile.mkdtemp()
-path, _ = write_connection_file(os.path.join(folder, "kernel.json"))
-kernel = subprocess.Popen(sandbox.kernel_command(["-f", path], str(sandbox.GUARD_FILE)),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-client = BlockingKernelClient()
-client.load_connection_file(path)
-client.start_channels()
-client.wait_for_ready(timeout=120)
-
-
-def run(code, store_history=True):
-    msg_id = client.execute(code, store_history=store_history)
-    out, error = "", ""
-    while True:
-        msg = client.get_iopub_msg(timeout=120)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "stream":
-            out += content["text"]
-        elif kind == "error":
-            error = content["evalue"]
-        elif kind == "status" and content["execution_state"] == "idle":
-            return out, error
-
-
+DRIVER = PREAMBLE + r'''
 MARK = kernel_guard.MARK
 SENTINEL = "h-sen" + "tinel-77"
 SECRET = "the-cell-" + "secret-5f1e"

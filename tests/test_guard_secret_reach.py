@@ -28,37 +28,9 @@ import sys
 import pytest
 
 from autograder import grading
+from guard_kernel_driver import PREAMBLE
 
-DRIVER = r'''
-import hashlib, json, os, subprocess, sys, tempfile
-from jupyter_client import BlockingKernelClient
-from jupyter_client.connect import write_connection_file
-from autograder import kernel_guard, sandbox
-from autograder.sandboxed_execute import _names, _stores
-
-folder = tempfile.mkdtemp()
-path, _ = write_connection_file(os.path.join(folder, "kernel.json"))
-kernel = subprocess.Popen(sandbox.kernel_command(["-f", path], str(sandbox.GUARD_FILE)),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-client = BlockingKernelClient()
-client.load_connection_file(path)
-client.start_channels()
-client.wait_for_ready(timeout=120)
-
-
-def run(code, store_history=True):
-    msg_id = client.execute(code, store_history=store_history)
-    out = ""
-    while True:
-        msg = client.get_iopub_msg(timeout=120)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            out += msg["content"]["text"]
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return out
-
-
+DRIVER = PREAMBLE + r'''
 route, secret = sys.argv[1], sys.argv[2]
 # the submission's cell: it keeps every control-cell text it sees on a frame
 SEARCH = """
@@ -85,7 +57,7 @@ try:
     run(f"{MARK} pre {json.dumps(payload)}", store_history=False)
     run(test, store_history=False)
     run(f"{MARK} post", store_history=False)
-    out = run("import json\ngc.callbacks.clear()\ngc.set_threshold(700, 10, 10)\nprint('KEPT', json.dumps(kept))")
+    out, _ = run("import json\ngc.callbacks.clear()\ngc.set_threshold(700, 10, 10)\nprint('KEPT', json.dumps(kept))")
     kept = json.loads(out.split("KEPT", 1)[1])
 finally:
     client.stop_channels()
