@@ -1004,12 +1004,11 @@ def install(shell) -> None:
         its object is freed by the drop or collected now, or never; never on the test's frames.
         What the test itself allocates is collected as usual, and after it by the post stage. A
         frozen object is never traversed again, so each of these collections looks only at what
-        was made since the last test (the whole kernel's, torch's objects included, was collected
-        after every test before: 02's solution spent 2.85 s in its 11 post stages, now 0.86 s). An
+        was made since the last test (unfreezing and collecting the whole kernel, torch's objects
+        included, after every test cost 02's solution 2.85 s in its 11 post stages; now 0.86 s). An
         object frozen alive that later becomes garbage in a cycle is never freed (the kernel ends
-        with the notebook). A module is kept
-        (exactly a module: an object of a class of the submission's is dropped, whatever its
-        ``__class__`` says)."""
+        with the notebook). A module is kept (exactly a module: an object of a class of the
+        submission's is dropped, whatever its ``__class__`` says)."""
         for k in stores:
             if k in user_ns and type_(user_ns[k]) is not types.ModuleType and k not in ("In", "Out", "get_ipython"):
                 del user_ns[k]
@@ -1122,8 +1121,8 @@ def install(shell) -> None:
         if report.get("stage") == "post" or (report.get("stage") == "error" and control):
             # the test's own garbage is collected here, once the report is out (a finalizer could
             # otherwise edit it). What was frozen before the test stays frozen: its garbage was
-            # collected then, before the guard's checks (``free_stored``), and what it holds now is
-            # never collected at some allocation of a later test, where a finalizer would run on
+            # collected then, before the guard's checks (``free_stored``), and nothing frozen is
+            # collected later, at some allocation of a later test, where a finalizer would run on
             # that test's frames (red team, run 9)
             gc.collect()
 

@@ -64,8 +64,8 @@ class Graded:
     log: str                # autograde + feedback output, for failure messages
     unusable: dict          # id(case) -> why that case could not be submitted
     packed: dict            # id(case) -> (the student it was submitted as, every cell its group loses)
-    control_log: str = ""   # generate_feedback of the solution without ClearHiddenTests (feedback_control/)
-    export_log: str = ""    # nbgrader export to grades.csv
+    control_log: str        # generate_feedback of the solution without ClearHiddenTests (feedback_control/)
+    export_log: str         # nbgrader export to grades.csv
 
     def scores(self, student):
         return grading.scores(self.root, self.assignment, student)
