@@ -31,11 +31,14 @@ It registers an IPython ``pre_run_cell`` hook that reacts to two control cells t
   compiled): check again, and that the hook was called by IPython's own event manager from
   IPython's own ``run_cell`` path, that no other ``pre_run_cell`` callback runs in this cell, that
   the cell is the one announced (sha256) and was transformed exactly as the pristine path does;
-  and run the suspended transformers on the test's source: one that would have changed its code is
-  reported ``tampered``. Report ``{"stage": "test", "tampered": [...]}`` (the grader requires
-  exactly one such line in the test cell, and removes it);
-- ``#course-guard post``  after the test cell: report what changed while the test ran (a patch made
-  inside a graded function, a hook added), restore it, and put the suspended additions back.
+  then, last, take the test's secret out of the request's metadata (``SECRET_METADATA``; never in a
+  cell's text, which the submission's input transformers are handed before any hook runs) into
+  ``course.toolkit.salts``. Report ``{"stage": "test", "tampered": [...], "keyed": bool}`` (the
+  grader requires exactly one such line in the test cell, and removes it);
+- ``#course-guard post``  after the test cell: empty the secret's box first, then run the
+  suspended transformers on the test's source (one that would have changed its code is reported in
+  ``rewrote``), report what changed while the test ran (a patch made inside a graded function, a
+  hook added), restore it, and put the suspended additions back.
 Reports are one stdout line ``course-guard: {json}``; the grader decides what they cost.
 
 Limits (stated in the instructor guide): student code shares the interpreter with the tests, so
@@ -47,6 +50,7 @@ ordinary ways of making a test pass by replacing what it calls or how IPython ru
 """
 import ast
 import builtins
+import contextvars
 import datetime
 import gc
 import hashlib
@@ -106,6 +110,8 @@ PATH_ATTRS = (("shell", "kernel"), ("shell.kernel", "session"), ("shell", "event
 # parts of the path that only display an error: replacing them hides nothing from nbgrader
 DISPLAY_ONLY = ("showtraceback", "_showtraceback", "showsyntaxerror", "showindentationerror")
 MARK = "#course-guard"
+# the key of the test cell's request metadata that carries the test's secret (course.toolkit.salts)
+SECRET_METADATA = "course-guard-secret"
 _MISSING = object()
 
 
@@ -226,8 +232,9 @@ def install(shell) -> None:
     except (ImportError, AttributeError, OSError, SyntaxError):
         pristine_record = pristine_restore = None
     # the box of the grader's secret for each test's hidden draws (course.toolkit.salts), loaded on
-    # its own like pristine (it imports nothing) and held here: the control cell before a test
-    # fills it, the one after empties it, and a test during which it changed is void
+    # its own like pristine (it imports nothing) and held here: the test cell's own start fills it
+    # (the secret comes in that request's metadata, never in a cell's text), the control cell after
+    # it empties it, and a test during which it changed is void
     salt_box = None
     try:
         box = getattr(load_alone("course.toolkit.salts", "toolkit", "salts.py"), "CURRENT", None)
@@ -334,6 +341,11 @@ def install(shell) -> None:
             objects[k] = v
             seen.add(id(v))
     kernel = refs["shell.kernel"]
+    # the running shell request: ipykernel keeps it in a ContextVar, bound here before any code of
+    # the submission's runs, so taking the test's secret out of it calls nothing of theirs
+    parent_var = getattr(kernel, "_shell_parent", None)
+    parent_var = parent_var if type(parent_var) is contextvars.ContextVar else None
+    var_get, dict_get, dict_pop = contextvars.ContextVar.get, dict.get, dict.pop
     # The kernel's own I/O objects, every attribute as first seen (not only their methods): the
     # grader writes through them during a test, its guard's report included, so an object of the
     # submission's planted in one (a stream's ``echo``, a wrapped lock, a session's signer) would
@@ -743,9 +755,9 @@ def install(shell) -> None:
                   ("prefilter checker", pm, "_checkers"),
                   ("prefilter handler", pm, "_handlers"),
                   ("prefilter escape handler", pm, "_esc_handlers")]
-    containers.append(("gc callback", gc, "callbacks"))  # runs inside any allocation of the test
     containers = [(label, owner, attr) for label, owner, attr in containers if hasattr(owner, attr)]
     transformer_labels = {label for label, _, _ in containers}
+    containers.append(("gc callback", gc, "callbacks"))  # runs inside any allocation of the test
     for event in callbacks:
         containers.append((f"{event} callback", callbacks, event))
 
@@ -1158,10 +1170,8 @@ def install(shell) -> None:
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
             state["forget"] = (forget, kept, payload.get("text_sha", ""))
-            salt = payload.get("salt", "")
-            state["salt"] = salt if type_(salt) is str else ""
-            if salt_box is not None:
-                salt_box[:] = [state["salt"]]
+            state["salt"] = ""
+            state.pop("test_text", None)
             restored = imports + restore(payload.get("names", [])) + shown + rebound(True) + \
                 io_check(True) + loop_callbacks(True)
             # What was put back may have been the submission's last reference to an object whose
@@ -1182,7 +1192,19 @@ def install(shell) -> None:
                     "suspended": [f"{label} {describe(x)}" for label, x in added
                                   if label == "custom exception handler" or not library(x)]}
         state["armed"] = None
+        # the secret first: nothing below runs while it is out
+        salt_changed = salt_box is not None and (len_(salt_box) != 1 or salt_box[0] is not state.get("salt", ""))
+        if salt_box is not None:
+            salt_box[:] = [""]
+        state["salt"] = ""
         saved, added = container_check(True)
+        # the submission's transformers are tried on the test's text only now, with the secret gone
+        # (they are the submission's code: at the test's start they would run beside it)
+        text = state.pop("test_text", None)
+        why = rewrites(state["saved"], text) if text is not None else None
+        rewrote = ([f"{label} {describe(x)} {why}" for label in state["saved"] if label in transformer_labels
+                    for x in items(state["saved"][label] or [])
+                    if id_(x) not in {id_(y) for y in items(pristine_c[label][3])}] or [why]) if why else []
         during = path_check(True) + import_check(True) + traced() + side_hooks(True) + rebound(True) + \
             io_check(True) + loop_callbacks(True) + \
             [f"{label} {describe(x)} (added)" for label, x in added] + fork_handlers() + running_threads()
@@ -1193,14 +1215,11 @@ def install(shell) -> None:
                 pass
         # what the test's own run changed and the restore put back: a binding (``changed``) or, from
         # ``pristine``'s records, a function's code, defaults or closure swapped while it ran
-        if salt_box is not None:
-            if len(salt_box) != 1 or salt_box[0] is not state.get("salt", ""):
-                during.append("the grader's salt for this test's hidden draws (course.toolkit.salts.CURRENT)")
-            salt_box[:] = [""]
-        state["salt"] = ""
+        if salt_changed:
+            during.append("the grader's salt for this test's hidden draws (course.toolkit.salts.CURRENT)")
         forget_test(*state.pop("forget", ([], {}, "")))
         during += undumpable()
-        report = {"stage": "post", "changed": restore([]) + during}
+        report = {"stage": "post", "changed": restore([]) + during, "rewrote": rewrote}
         # post_* callbacks come back at the next cell: in this control cell they would run after
         # its report and could clear it; the rest now, so the next cell is transformed as before
         late = ("post_execute callback", "post_run_cell callback")
@@ -1212,11 +1231,6 @@ def install(shell) -> None:
     def test_stage(info, cell, caller):
         want, state["armed"] = state["armed"], None
         problems = []
-        why = rewrites(state["saved"], cell)
-        if why:
-            problems += [f"{label} {describe(x)} {why}" for label in state["saved"] if label in transformer_labels
-                         for x in items(state["saved"][label] or [])
-                         if id_(x) not in {id_(y) for y in items(pristine_c[label][3])}] or [why]
         problems += caller_problems(caller) + stack_problems(caller) + copy_problems()
         problems += path_check(True) + import_check(True) + cache_check() + undumpable() + \
             [f"{h} (set after the grader's check)" for h in traced() + side_hooks(True)]
@@ -1226,7 +1240,22 @@ def install(shell) -> None:
             problems.append("the cell that ran is not the test cell the grader sent")
         if pristine_transform(shell, cell) != getattr_(info, "transformed_cell", None):
             problems.append("the test cell was transformed by something other than IPython's own path")
-        return {"stage": "test", "tampered": problems}
+        state["test_text"] = cell
+        # last, once every check has run: the test's secret, from this request's metadata (never from
+        # a cell's text, which the submission's input transformers read before any hook runs), taken
+        # out of the request and put in the box for the test's draws; the post stage empties it
+        secret = take_secret()
+        state["salt"] = secret
+        if salt_box is not None:
+            salt_box[:] = [secret]
+        return {"stage": "test", "tampered": problems, "keyed": bool(secret)}
+
+    def take_secret():
+        """The test's secret from the running request's metadata, removed from it ("" if none)."""
+        msg = var_get(parent_var, None) if parent_var is not None else None
+        md = dict_get(msg, "metadata") if type_(msg) is dict else None
+        secret = dict_pop(md, SECRET_METADATA, "") if type_(md) is dict else ""
+        return secret if type_(secret) is str else ""
 
     record_specs()
     after_import.append(record_specs)

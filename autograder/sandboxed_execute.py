@@ -53,6 +53,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, Unicode
 
 from autograder import demo_cells, draw_key, sandbox
+from autograder.kernel_guard import SECRET_METADATA
 from autograder.gpu_points import NOT_GRADED_GPU  # the line a GPU test left unrun gets (one source)
 
 _PROBED: dict[str, str | None] = {}
@@ -299,10 +300,18 @@ class SandboxedExecute(Execute):
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         """A test cell runs with ``store_history=False``: its text, hidden tests included, never
-        enters the kernel's input history, where a later cell of the submission could read it."""
+        enters the kernel's input history, where a later cell of the submission could read it. Its
+        request carries the test's secret in its metadata (``kernel_guard.SECRET_METADATA``), for
+        the guard to take out at the test's start."""
         if getattr(self, "_unstored", False):
             store_history = False
-        return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        secret = getattr(self, "_secret", "")
+        session = self.kc.session
+        session.metadata = {SECRET_METADATA: secret} if secret else {}
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        finally:
+            session.metadata = {}
 
     execute_cell = run_sync(async_execute_cell)
 
@@ -345,8 +354,7 @@ class SandboxedExecute(Execute):
                        # what the kernel keeps of the test after it (the guard drops it): the cell's
                        # text in the compile cache, and, for a test with hidden parts, the names it binds
                        "text_sha": hashlib.sha256(cell.source.rstrip("\n").encode()).hexdigest(),
-                       "forget": _stores(cell.source) if HIDDEN_MARK in cell.source else [],
-                       "salt": draw_key.cell_secret(self._key, self._assignment, gid)}
+                       "forget": _stores(cell.source) if HIDDEN_MARK in cell.source else []}
             report = self._guard(f"pre {json.dumps(payload)}", index)
             if report is None or report.get("stage") != "pre":
                 why = report.get("error", "") if report else ""
@@ -363,6 +371,9 @@ class SandboxedExecute(Execute):
         self._timed_out = False
         self._cell_bytes, self._over = 0, False
         self._unstored = test  # a test cell runs outside the input history (In, _i, the history file)
+        # the test's secret travels in the test cell's own request (its metadata), which the kernel
+        # reads once the guard has put everything back; never in a cell's text (see kernel_guard)
+        self._secret = draw_key.cell_secret(self._key, self._assignment, gid) if test else ""
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -384,6 +395,7 @@ class SandboxedExecute(Execute):
             return cell, resources
         finally:
             self._unstored = False
+            self._secret = ""
         if self._timed_out:
             self._stopped = f"cell {index} ran past the {self.timeout} s time limit"
         elif self._over:
@@ -391,14 +403,15 @@ class SandboxedExecute(Execute):
             cell.outputs.append(_error("OutputLimitError", f"this cell printed more than "
                                        f"{self.max_output_bytes} bytes; the autograder interrupted "
                                        "it and did not run the cells after it"))
-        problems = self._test_report(cell) if test else []
+        problems = self._test_report(cell, keyed=bool(draw_key.cell_secret(self._key, self._assignment, gid))) \
+            if test else []
         if test and not self._stopped:
-            void += problems
+            report = self._guard("post", index)
+            void += problems + ((report or {}).get("rewrote") or [])
             if void:
                 cell.outputs.append(_error("GradingIntegrityError", "the submission changed how IPython "
                                            f"runs cells ({'; '.join(void)}); the grader restored it, "
                                            "and this test is void"))
-            report = self._guard("post", index)
             changed = None if report is None or report.get("stage") != "post" else report.get("changed", [])
             if changed is None or changed:
                 why = (report or {}).get("error")
@@ -413,9 +426,10 @@ class SandboxedExecute(Execute):
                 cell.outputs.insert(0, new_output("stream", name="stdout", text=text))
         return cell, resources
 
-    def _test_report(self, cell) -> list[str]:
+    def _test_report(self, cell, keyed: bool = False) -> list[str]:
         """Take the guard's line(s) out of a test cell's output: what it found when the test
-        started (a list of problems; one if the guard did not see the test start, or twice)."""
+        started (a list of problems; one if the guard did not see the test start, or twice, or,
+        when the grader sent the test a secret (``keyed``), did not take it)."""
         reports = []
         for out in cell.outputs:
             if out.get("output_type") != "stream" or out.get("name") != "stdout" \
@@ -437,7 +451,10 @@ class SandboxedExecute(Execute):
             errors = [r["error"] for r in reports if r.get("error")]
             return [f"the grading guard did not see this test start as expected ({len(reports)} reports"
                     f"{': ' + '; '.join(errors) if errors else ''})"]
-        return list(tests[0].get("tampered", []))
+        problems = list(tests[0].get("tampered", []))
+        if keyed and tests[0].get("keyed") is not True:
+            problems.append("the grader's secret for this test's hidden draws did not reach the guard")
+        return problems
 
     def _guard(self, stage: str, index: int) -> dict | None:
         """Send a guard control cell; the report, or None when there is none."""

@@ -2,7 +2,8 @@
 
 ``PREAMBLE`` is Python source: it starts the sandboxed kernel with ``autograder/kernel_guard.py``
 (``sandbox.kernel_command``), connects a client, and defines ``run(code, store_history=True)``,
-which executes one cell and returns ``(stdout, the last error's value)``. A test appends what it
+which executes one cell and returns ``(stdout, the last error's value)``; ``secret=`` sends a test
+cell's secret in the request's metadata, as ``autograder.sandboxed_execute`` does. A test appends what it
 drives (control cells, test cells, later cells) and runs the whole script in a subprocess
 (``tests/test_guard_forgets.py``, ``tests/test_guard_secret_reach.py``); the script must stop the
 client and kill ``kernel`` at its end.
@@ -25,8 +26,13 @@ client.start_channels()
 client.wait_for_ready(timeout=120)
 
 
-def run(code, store_history=True):
-    msg_id = client.execute(code, store_history=store_history)
+def run(code, store_history=True, secret=""):
+    # a test cell's secret travels in its request's metadata, as the grader sends it
+    client.session.metadata = {kernel_guard.SECRET_METADATA: secret} if secret else {}
+    try:
+        msg_id = client.execute(code, store_history=store_history)
+    finally:
+        client.session.metadata = {}
     out, error = "", ""
     while True:
         msg = client.get_iopub_msg(timeout=120)

@@ -4,9 +4,9 @@ A red team's tenth pass (2026-12-06) read the hidden test cells of 04 and 12 fro
 history in a later answer cell, printed them into its feedback, and answered its next submission
 from a table. The grader now runs a test cell outside the input history (``SandboxedExecute``), and
 the guard's control cell after the test (``autograder.kernel_guard``) drops the data a test with
-hidden parts bound (a name the notebook had gets its old value back; an import stays), the test's text and the grader's control cells (which carry the test's secret,
-``course.toolkit.salts``) from IPython's compile cache, and the last exception; the box of the
-secret is empty again.
+hidden parts bound (a name the notebook had gets its old value back; an import stays), the test's
+text and the grader's control cells from IPython's compile cache, and the last exception; the box of
+the test's secret (``course.toolkit.salts``, filled from the test request's metadata) is empty again.
 
 Each test drives a real IPython shell with the guard installed, the way the grader does (control
 cell, test cell, control cell), in a subprocess, then looks from a later cell for any trace of the
@@ -34,12 +34,11 @@ test = ("import course.toolkit.salts as _salts\n"
         f"raise AssertionError({SENTINEL!r} + ' failed')\n"
         "### END HIDDEN TESTS\n")
 payload = {"names": _names(test), "stores": _stores(test), "sha": hashlib.sha256(test.encode()).hexdigest(),
-           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": _stores(test),
-           "salt": SECRET}
+           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": _stores(test)}
 try:
     run("x = 1\nkeep_me = 5")
     run(f"{MARK} pre {json.dumps(payload)}", store_history=False)
-    _, error = run(test, store_history=False)
+    _, error = run(test, store_history=False, secret=SECRET)
     ran_with_secret = SENTINEL in error
     if sys.argv[1] == "post":
         run(f"{MARK} post", store_history=False)

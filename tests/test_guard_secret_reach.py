@@ -1,24 +1,30 @@
-"""Whether a submission's own code runs while the grader's control cell carries a test's secret.
+"""Whether code of the submission's that runs without being called can read a test's secret.
 
-The grader sends each test's secret (``autograder.draw_key.cell_secret``) in the text of the
-guard's control cell before the test (``#course-guard pre {... "salt": ...}``). Two kinds of code of
-the submission's run in the kernel without being called, on whatever frames are on the stack at
-that moment:
+The secret of a test (``autograder.draw_key.cell_secret``) is mixed into its hidden draws. It is the
+course's for that test, the same in every submission, so one that leaks into a submission's
+feedback lets a later submission answer that test's hidden draws from a table (issue 31).
 
-- a **finalizer** (``__del__``) of an object bound to a name the test assigns: the pre stage drops
-  the old values of those names (``free_stored``), after it has parsed the control cell;
-- a **collector callback** (``gc.callbacks``) with a low threshold (``gc.set_threshold``): it runs
-  at every collection, and collections happen while IPython and the guard handle the control cell
-  (the guard suspends it for the test itself, but only once its pre stage runs).
+The grader used to send it in the text of the guard's control cell before the test, and code of the
+submission's reads that text while the kernel handles the cell, before the guard runs (found on
+2026-12-06; in a keyed grading of 04 a collector callback kept the secrets of five tests):
 
-Both can read the control cell's text from a frame and keep the secret where a later cell prints
-it. The secret is the course's for that test (the same in every submission), so a later submission
-could answer that test's hidden draws from a table. Found on 2026-12-06 (issue 31) in a real
-grading run of 04 with a key: the collector callback read the secrets of five tests, and the
-guard voided none. Not closed yet: ``docs/grading-integrity.md`` says so. These tests pin it: each
-route is ``xfail(strict=True)`` (it fails to keep the secret out now; once it is closed, the test
-passes and the marker must go). The control plants the same code with no secret to find and
-checks that the driver reads what the plant kept (a search that finds nothing proves nothing).
+- an **input transformer** (``input_transformers_cleanup``): IPython hands it every cell's text;
+- a **collector callback** (``gc.callbacks``, with ``gc.set_threshold(1)``), at every collection
+  while the cell is parsed (the guard suspends it only once its pre stage runs). The guard also put
+  it back while it tried the submission's transformers on the test's text, at the test's start;
+- a **finalizer** of an object bound to a name the test assigns, which the pre stage drops.
+
+The secret now travels in the test cell's request (its metadata), and the guard takes it out of the
+request once it has put everything back, after its checks; it tries the transformers only after the
+test. Each route above plants itself, and keeps every control cell's text it sees on a frame, the
+running request's code and metadata, and ``course.toolkit.salts.CURRENT``.
+
+Still open, pinned ``xfail(strict=True)`` (it fails now; once closed, the test passes and the
+marker must go): an object hung on the kernel's own request (``get_parent()``), which the kernel
+lets go of by reference count while the *test* cell runs, after the secret is out.
+
+The controls run the same plants with no secret and check that each still runs where it should
+(a search that ran nowhere proves nothing), and that the test itself got its secret.
 """
 import json
 import os
@@ -31,71 +37,141 @@ from autograder import grading
 from guard_kernel_driver import PREAMBLE
 
 DRIVER = PREAMBLE + r'''
-route, secret = sys.argv[1], sys.argv[2]
-# the submission's cell: it keeps every control-cell text it sees on a frame
-SEARCH = """
-import gc, sys
+secret = sys.argv[1]
+# the submission's cell: every plant records, under its own name, what it can see when it runs
+PLANT = """
+import gc, json, sys
 kept = []
-def search(_getframe=sys._getframe, kept=kept, str_=str):
+def search(route, _getframe=sys._getframe, kept=kept, str_=str, modules=sys.modules):
     f = _getframe(0)
     while f is not None:
         for v in list(f.f_locals.values()):
-            if type(v) is str_ and v.startswith("#course-guard pre") and v not in kept:
-                kept.append(v)
+            if type(v) is str_ and v.startswith("#course-guard") and [route, v] not in kept:
+                kept.append([route, v])
         f = f.f_back
+    request = get_ipython().kernel.get_parent()
+    salts = modules.get("course.toolkit.salts")
+    seen = ("during " + request.get("content", {}).get("code", "")[:20] + " | metadata "
+            + json.dumps(request.get("metadata", {}), default=str) + " | box " + (salts.CURRENT[0] if salts else ""))
+    if [route, seen] not in kept:
+        kept.append([route, seen])
+
+class Thief:
+    def __init__(self, route):
+        self.route = route
+    def __del__(self, search=search):
+        search(self.route)
+
+def transformer(lines, search=search, kept=kept):
+    text = "".join(lines)
+    if ["transformer", "text " + text] not in kept:
+        kept.append(["transformer", "text " + text])
+    search("transformer")
+    return lines
+
+_data = Thief("finalizer")
+get_ipython().kernel.get_parent()["thief"] = Thief("request")
+get_ipython().input_transformers_cleanup.append(transformer)
+gc.callbacks.append(lambda phase, info, search=search: search("collector"))
+gc.set_threshold(1)
 """
-PLANTS = {
-    "finalizer": "class Thief:\n    def __del__(self, search=search):\n        search()\n_data = Thief()\n",
-    "collector": "gc.callbacks.append(lambda phase, info, search=search: search())\ngc.set_threshold(1)\n",
-}
 MARK = kernel_guard.MARK
-test = "_data = 1\nassert _data == 1\n"
+want = hashlib.sha256(secret.encode()).hexdigest()
+test = f"_data = 1\nimport hashlib\nfrom course.toolkit import salts\nassert hashlib.sha256(salts.CURRENT[0].encode()).hexdigest() == {want!r}\n"
 payload = {"names": _names(test), "stores": _stores(test), "sha": hashlib.sha256(test.encode()).hexdigest(),
-           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": [], "salt": secret}
+           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": []}
 try:
-    run(SEARCH + PLANTS[route])
+    _, planted = run(PLANT)
     run(f"{MARK} pre {json.dumps(payload)}", store_history=False)
-    run(test, store_history=False)
+    _, error = run(test, store_history=False, secret=secret)
     run(f"{MARK} post", store_history=False)
-    out, _ = run("import json\ngc.callbacks.clear()\ngc.set_threshold(700, 10, 10)\nprint('KEPT', json.dumps(kept))")
+    out, _ = run("gc.callbacks.clear()\ngc.set_threshold(700, 10, 10)\nget_ipython().input_transformers_cleanup.remove(transformer)\n"
+                 "print('KEPT', json.dumps(kept))")
     kept = json.loads(out.split("KEPT", 1)[1])
 finally:
     client.stop_channels()
     kernel.kill()
-print(json.dumps({"kept": kept}))
+print(json.dumps({"kept": kept, "planted": planted, "test_error": error}))
 '''
 
+SECRET = "the-test-" + "secret-9c2a"
+ROUTES = ("transformer", "collector", "finalizer", "request")
 
-def _drive(route: str, secret: str) -> list:
-    """The control-cell texts that the planted code kept, over one pre/test/post round."""
+
+def _drive(secret: str) -> dict:
+    """One pre/test/post round with every route planted: what each kept, and the test's error."""
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_STUDENT_ID", "COURSE_GUARD")}
     env["PYTHONPATH"] = str(grading.REPO)
-    out = subprocess.run([sys.executable, "-c", DRIVER, route, secret], cwd=grading.REPO, env=env, text=True,
+    out = subprocess.run([sys.executable, "-c", DRIVER, secret], cwd=grading.REPO, env=env, text=True,
                          capture_output=True, timeout=300)
-    if out.returncode != 0:  # not an AssertionError: the xfail markers below expect only that one
+    if out.returncode != 0:  # not an AssertionError: the xfail marker below expects only that one
         raise RuntimeError(f"the driver failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["kept"]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    if seen["planted"]:
+        raise RuntimeError(f"the plant itself failed: {seen['planted']}")
+    seen["by_route"] = {r: [text for route, text in seen["kept"] if route == r] for r in ROUTES}
+    return seen
 
 
-SECRET = "the-test-" + "secret-9c2a"
+@pytest.fixture(scope="module")
+def keyed():
+    return _drive(SECRET)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open route (issue 31): the pre control cell carries the secret, "
-                                       "and a finalizer of a name the test assigns runs while it is parsed")
-def test_a_finalizer_dropped_at_the_pre_stage_never_sees_the_secret():
-    kept = _drive("finalizer", SECRET)
-    assert not any(SECRET in text for text in kept), "a finalizer kept the test's secret"
+@pytest.fixture(scope="module")
+def unkeyed():
+    return _drive("")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open route (issue 31): a collector callback runs while IPython "
-                                       "and the guard handle the pre control cell, which carries the secret")
-def test_a_collector_callback_never_sees_the_secret():
-    kept = _drive("collector", SECRET)
-    assert not any(SECRET in text for text in kept), "a collector callback kept the test's secret"
+def test_the_test_got_its_secret(keyed):
+    assert keyed["test_error"] == "", f"the test cell did not find its secret in the box: {keyed['test_error']}"
 
 
-def test_control_the_plant_reports_what_it_kept():
-    """Without a key the control cell carries an empty secret: the plant still reaches the control
-    cell (so the search above can see), and what it keeps holds no secret."""
-    kept = _drive("collector", "")
-    assert kept and all('"salt": ""' in text for text in kept), kept
+@pytest.mark.parametrize("route", ["transformer", "collector", "finalizer"])
+def test_a_route_closed_keeps_no_secret(keyed, route):
+    leaked = [text for text in keyed["by_route"][route] if SECRET in text]
+    assert not leaked, f"the submission's {route} kept the test's secret: {leaked[:2]}"
+
+
+def test_a_collector_callback_never_runs_during_the_test(keyed):
+    """Suspended from the pre stage to the post stage (the guard once put it back at the test's start
+    while it tried the submission's transformers on the test's text)."""
+    during = [text for text in keyed["by_route"]["collector"] if text.startswith("during _data = 1")]
+    assert not during, f"the submission's collector callback ran during the test: {during[:2]}"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open route (issue 31): an object hung on the kernel's "
+                   "request is let go while the test cell runs, with the secret in the box")
+def test_an_object_hung_on_the_request_keeps_no_secret(keyed):
+    leaked = [text for text in keyed["by_route"]["request"] if SECRET in text]
+    assert not leaked, f"an object hung on the kernel's request kept the test's secret: {leaked[:2]}"
+
+
+# where each plant runs, without a secret: the windows the searches above looked in
+WHERE = {"transformer": "text #course-guard pre", "collector": "during #course-guard pre",
+         "finalizer": "during #course-guard pre", "request": "during _data = 1"}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_control_each_plant_runs_where_it_would_see_the_secret(unkeyed, route):
+    texts = unkeyed["by_route"][route]
+    assert any(t.startswith(WHERE[route]) for t in texts), (route, texts[:6])
+    assert unkeyed["test_error"] == "", unkeyed["test_error"]
+
+
+def _report_cell(line: str):
+    import nbformat
+    cell = nbformat.v4.new_code_cell("pass")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"before\ncourse-guard: {line}\nafter\n")]
+    return cell
+
+
+@pytest.mark.parametrize("sent, took, void", [(True, True, False), (True, False, True), (False, False, False)])
+def test_the_grader_voids_a_test_whose_guard_did_not_take_its_secret(sent, took, void):
+    """A request whose secret was taken out before the guard read it (by the submission's code) shows
+    as a test report without ``keyed``: the grader voids that test instead of grading it unkeyed."""
+    from autograder.sandboxed_execute import SandboxedExecute
+    cell = _report_cell(json.dumps({"stage": "test", "tampered": [], "keyed": took}))
+    problems = SandboxedExecute._test_report(None, cell, keyed=sent)
+    assert bool(problems) == void, problems
+    assert cell.outputs[0]["text"] == "before\nafter\n", "the guard's line is taken out of the output"

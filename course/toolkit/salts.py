@@ -15,11 +15,13 @@ cases; a secret that leaks is worth a table for that test in the same course.
 Outside grading (JupyterLab, nbval, Validate) ``CURRENT`` holds ``""`` and every draw is the one the
 notebook shows. A draw without a salt (the notebooks' visible mysteries) is never mixed.
 
-Limits: the secret is in the kernel while its test cell runs, and in the text of the guard's
-control cell before it, so learner code that runs then can read it: ``check_fix``'s re-run of a
-fix, a finalizer or a collector callback of the submission's while the control cell is handled
-(``docs/grading-integrity.md``, ``tests/test_guard_secret_reach.py``). The box is empty again
-before the next cell.
+The secret reaches the kernel in the test cell's request (its metadata), never in a cell's text,
+and the guard takes it out of the request at the test's start, after its checks.
+
+Limits: the secret is in the kernel while its test cell runs, so learner code that runs then can
+read it: ``check_fix``'s re-run of a fix, or the finalizer of an object the kernel lets go of during
+the test (``docs/grading-integrity.md``, ``tests/test_guard_secret_reach.py``). The box is empty
+again before the next cell.
 """
 
 from __future__ import annotations
