@@ -38,7 +38,9 @@ It registers an IPython ``pre_run_cell`` hook that reacts to two control cells t
 - ``#course-guard post``  after the test cell: empty the secret's box first, then run the
   suspended transformers on the test's source (one that would have changed its code is reported in
   ``rewrote``), report what changed while the test ran (a patch made inside a graded function, a
-  hook added), restore it, and put the suspended additions back.
+  hook added), restore it, and put the suspended additions back. For a test with a secret
+  (``"keyed"`` in the pre payload), what was alive at the end of the pre stage is held until here, so
+  no finalizer of the submission's runs while the secret is out.
 Reports are one stdout line ``course-guard: {json}``; the grader decides what they cost.
 
 Limits (stated in the instructor guide): student code shares the interpreter with the tests, so
@@ -135,6 +137,8 @@ def install(shell) -> None:
     callable_, type_, list_, dict_, tuple_, len_ = callable, type, list, dict, tuple, len
     settrace, gettrace, setprofile, getprofile = sys.settrace, sys.gettrace, sys.setprofile, sys.getprofile
     getframe, referrers = sys._getframe, gc.get_referrers
+    get_objects, get_referents = gc.get_objects, gc.get_referents
+    gc_collect, gc_freeze, gc_unfreeze = gc.collect, gc.freeze, gc.unfreeze  # the gc module is the submission's too
     sha256 = hashlib.sha256
     parse, dump = ast.parse, ast.dump
     user_ns = shell.user_ns
@@ -1024,7 +1028,17 @@ def install(shell) -> None:
         for k in stores:
             if k in user_ns and type_(user_ns[k]) is not types.ModuleType and k not in ("In", "Out", "get_ipython"):
                 del user_ns[k]
-        gc.collect()
+        gc_collect()
+
+    def cached_text(text_sha):
+        """The test's text as IPython's compile cache holds it (None if it is not there)."""
+        for entry in list_(line_cache.values()):
+            lines = entry[2] if type_(entry) is tuple and len_(entry) > 2 and type_(entry[2]) is list else None
+            if lines is not None and all(type_(x) is str for x in lines):
+                text = "".join(lines)
+                if sha256(text.rstrip("\n").encode()).hexdigest() == text_sha:
+                    return text
+        return None
 
     def forget_test(names, kept, text_sha):
         """After a test: what the kernel would keep of it, dropped before the submission's next cell
@@ -1034,8 +1048,7 @@ def install(shell) -> None:
         (``kept``: the notebook's own imports, ``IGNORE``, ``batch_at``, which its later cells use);
         any other keeps what the test bound only when it is a module, function or class (an import
         of the test's), and is dropped otherwise (the test's data: its draws, labels and salts).
-        Then the test's text and the grader's control cells (they carry each test's secret) in
-        IPython's compile cache, and the last exception (its traceback holds the test's frames). A
+        Then the test's text and the grader's control cells in IPython's compile cache, and the last exception (its traceback holds the test's frames). A
         test cell runs outside the input history (``SandboxedExecute``), so ``In``, ``_i`` and the
         history file never hold it."""
         for k in names:
@@ -1104,7 +1117,7 @@ def install(shell) -> None:
             return f"raised {type_(err).__name__} on it"
         return None if same else "rewrote its code"
 
-    state = {"armed": None, "saved": {}, "pending": None}
+    state = {"armed": None, "saved": {}, "pending": None, "salt": sha256(b"").hexdigest()}
 
     def hook(info=None):
         trace, profile = gettrace(), getprofile()
@@ -1136,7 +1149,7 @@ def install(shell) -> None:
             # collected then, before the guard's checks (``free_stored``), and nothing frozen is
             # collected later, at some allocation of a later test, where a finalizer would run on
             # that test's frames (red team, run 9)
-            gc.collect()
+            gc_collect()
 
     def traced():
         trace, profile = state.pop("trace", (None, None))
@@ -1170,8 +1183,7 @@ def install(shell) -> None:
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
             state["forget"] = (forget, kept, payload.get("text_sha", ""))
-            state["salt"] = ""
-            state.pop("test_text", None)
+            state["salt"] = sha256(b"").hexdigest()
             restored = imports + restore(payload.get("names", [])) + shown + rebound(True) + \
                 io_check(True) + loop_callbacks(True)
             # What was put back may have been the submission's last reference to an object whose
@@ -1184,23 +1196,47 @@ def install(shell) -> None:
             if again:
                 tampered.append(f"planted again while the grader put it back: {', '.join(again)}")
             tampered += fork_handlers() + running_threads()
+            # for a test with a secret, held until the post stage: every object alive now (the
+            # collector's, frozen ones included, and what each refers to directly, which covers objects
+            # the collector does not track). So nothing that exists before the test is freed while it
+            # runs, and no finalizer or weakref callback of the submission's runs there: an object it
+            # hung on something the kernel lets go during the test (its own request, a replaced
+            # attribute) is freed at the post stage, after the secret is gone. It costs about 0.1-0.2 s
+            # a test, so a test without a secret, which has nothing of the grader's to keep, skips it
+            gc_unfreeze()
+            if payload.get("keyed") is True:
+                held = get_objects()
+                held.extend(get_referents(*held))
+                state["held"] = held
+                del held
             # frozen last, for good: garbage made by any of the above since ``free_stored`` collected
             # (a learner object in a cycle that a restore let go) is never collected, so its finalizer
             # never runs, here or on a later test's frames
-            gc.freeze()
+            gc_freeze()
             return {"stage": "pre", "restored": restored, "tampered": tampered, "removed": removed,
                     "suspended": [f"{label} {describe(x)}" for label, x in added
                                   if label == "custom exception handler" or not library(x)]}
         state["armed"] = None
         # the secret first: nothing below runs while it is out
-        salt_changed = salt_box is not None and (len_(salt_box) != 1 or salt_box[0] is not state.get("salt", ""))
+        # (the guard keeps only the secret's digest: its own state is reachable from the submission's
+        # code, through this hook's closure, in the kernel and in every graded call's process)
+        salt_changed = salt_box is not None and (len_(salt_box) != 1 or type_(salt_box[0]) is not str or
+                                                 sha256(salt_box[0].encode()).hexdigest() != state.get("salt", ""))
         if salt_box is not None:
             salt_box[:] = [""]
-        state["salt"] = ""
+        state["salt"] = sha256(b"").hexdigest()
+        # then what the pre stage held: what the kernel let go of during the test is freed here, and
+        # a finalizer of the submission's runs now, before the checks below (what it plants is seen)
+        held = state.pop("held", None)
+        if held is not None:
+            held.clear()  # by hand: the list can refer to itself (through a namespace it holds)
+        del held
         saved, added = container_check(True)
         # the submission's transformers are tried on the test's text only now, with the secret gone
-        # (they are the submission's code: at the test's start they would run beside it)
-        text = state.pop("test_text", None)
+        # (they are the submission's code: at the test's start they would run beside it). The text is
+        # read back from IPython's compile cache, which a graded call's process empties: a copy kept
+        # by the guard would be reachable there, through its hook's closure
+        text = cached_text(state.get("forget", ([], {}, ""))[2])
         why = rewrites(state["saved"], text) if text is not None else None
         rewrote = ([f"{label} {describe(x)} {why}" for label in state["saved"] if label in transformer_labels
                     for x in items(state["saved"][label] or [])
@@ -1240,12 +1276,11 @@ def install(shell) -> None:
             problems.append("the cell that ran is not the test cell the grader sent")
         if pristine_transform(shell, cell) != getattr_(info, "transformed_cell", None):
             problems.append("the test cell was transformed by something other than IPython's own path")
-        state["test_text"] = cell
         # last, once every check has run: the test's secret, from this request's metadata (never from
         # a cell's text, which the submission's input transformers read before any hook runs), taken
         # out of the request and put in the box for the test's draws; the post stage empties it
         secret = take_secret()
-        state["salt"] = secret
+        state["salt"] = sha256(secret.encode()).hexdigest()
         if salt_box is not None:
             salt_box[:] = [secret]
         return {"stage": "test", "tampered": problems, "keyed": bool(secret)}

@@ -354,7 +354,9 @@ class SandboxedExecute(Execute):
                        # what the kernel keeps of the test after it (the guard drops it): the cell's
                        # text in the compile cache, and, for a test with hidden parts, the names it binds
                        "text_sha": hashlib.sha256(cell.source.rstrip("\n").encode()).hexdigest(),
-                       "forget": _stores(cell.source) if HIDDEN_MARK in cell.source else []}
+                       "forget": _stores(cell.source) if HIDDEN_MARK in cell.source else [],
+                       # whether a secret comes with the test (never the secret itself)
+                       "keyed": bool(draw_key.cell_secret(self._key, self._assignment, gid))}
             report = self._guard(f"pre {json.dumps(payload)}", index)
             if report is None or report.get("stage") != "pre":
                 why = report.get("error", "") if report else ""

@@ -262,6 +262,26 @@ def test_a_switched_off_function_and_its_private_helpers_stay_off():
     assert helper.__code__.co_name == name  # the kernel's own copy is untouched
 
 
+def test_a_graded_call_cannot_read_the_tests_secret():
+    """The grader's secret of the running test is in ``course.toolkit.salts`` while the test runs; the
+    hidden draws were mixed with it in the kernel, so the graded call's process empties the box before
+    the learner's function runs (red team, run 12: a detector read it there and rebuilt every hidden
+    draw from the test cells in the repository). Control: the same function in the kernel reads it."""
+    from course.toolkit import salts
+    secret = "the-test-" + "secret-31c7"
+    salts.CURRENT[:] = [secret]
+    try:
+        peek = lambda case: salts.CURRENT[0]  # noqa: E731
+        [apart] = run_apart(peek, [()], lambda case, v: v)
+        assert peek(()) == secret, "control: the kernel's own box holds the secret"
+        assert apart.get() == "", f"the graded call read the test's secret: {apart.get()!r}"
+        assert salts.CURRENT == [secret], "the kernel's box is the kernel's: the test goes on with it"
+        draw = mystery.hidden("healthy", 3, salt="h-x")
+        assert draw.salt.endswith(secret), "a hidden draw made in the kernel carries the mixed salt"
+    finally:
+        salts.CURRENT[:] = [""]
+
+
 def test_check_fix_grades_the_fix_it_decided_apart(draws):
     import course.reference.pipeline
 

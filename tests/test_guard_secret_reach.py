@@ -5,7 +5,7 @@ course's for that test, the same in every submission, so one that leaks into a s
 feedback lets a later submission answer that test's hidden draws from a table (issue 31).
 
 The grader used to send it in the text of the guard's control cell before the test, and code of the
-submission's reads that text while the kernel handles the cell, before the guard runs (found on
+submission's read that text while the kernel handled the cell, before the guard ran (found on
 2026-12-06; in a keyed grading of 04 a collector callback kept the secrets of five tests):
 
 - an **input transformer** (``input_transformers_cleanup``): IPython hands it every cell's text;
@@ -14,17 +14,25 @@ submission's reads that text while the kernel handles the cell, before the guard
   it back while it tried the submission's transformers on the test's text, at the test's start;
 - a **finalizer** of an object bound to a name the test assigns, which the pre stage drops.
 
-The secret now travels in the test cell's request (its metadata), and the guard takes it out of the
-request once it has put everything back, after its checks; it tries the transformers only after the
-test. Each route above plants itself, and keeps every control cell's text it sees on a frame, the
-running request's code and metadata, and ``course.toolkit.salts.CURRENT``.
+The secret now travels in the test cell's request (its metadata), which the guard takes out once
+it has put everything back, and it tries the transformers only after the test. That left code that
+runs while the test cell itself is handled: objects the kernel lets go of then, by reference count,
+found the secret in the test's request (before the guard took it) or in the box:
 
-Still open, pinned ``xfail(strict=True)`` (it fails now; once closed, the test passes and the
-marker must go): an object hung on the kernel's own request (``get_parent()``), which the kernel
-lets go of by reference count while the *test* cell runs, after the secret is out.
+- a **finalizer** of an object hung on the kernel's own request (``get_parent()``), which ipykernel
+  releases as the next request but one arrives, i.e. as the test cell starts;
+- the same with an object the collector does not track (``__slots__ = ()``, inside a tuple);
+- a **weakref callback** (``weakref.finalize``) of an object hung there.
 
-The controls run the same plants with no secret and check that each still runs where it should
-(a search that ran nowhere proves nothing), and that the test itself got its secret.
+For a test with a secret, the guard now holds every object alive at the end of its pre stage until
+its post stage, after the secret is gone, so all three run there. Each plant records, under its own name, every control cell's
+text it sees on a frame, the running request's code and metadata, and ``course.toolkit.salts``.
+
+The controls run the same plants with no secret (so nothing is held) and check that each still
+runs where it would see one (a search that ran nowhere proves nothing), and that the test itself
+got its secret. Without the
+hold, the last three routes keep the secret; with the secret back in the control cell's text, the
+first three do.
 """
 import json
 import os
@@ -62,6 +70,18 @@ class Thief:
     def __del__(self, search=search):
         search(self.route)
 
+class Slotless:  # no __dict__, no slots: the collector never tracks one
+    __slots__ = ()
+    def __del__(self, search=search):
+        search("untracked")
+
+class Plain:
+    pass
+
+import weakref
+_watched = Plain()
+weakref.finalize(_watched, search, "weakref")
+
 def transformer(lines, search=search, kept=kept):
     text = "".join(lines)
     if ["transformer", "text " + text] not in kept:
@@ -71,19 +91,47 @@ def transformer(lines, search=search, kept=kept):
 
 _data = Thief("finalizer")
 get_ipython().kernel.get_parent()["thief"] = Thief("request")
+get_ipython().kernel.get_parent()["slotless"] = (Slotless(),)
+get_ipython().kernel.get_parent()["watched"] = _watched
+del _watched
 get_ipython().input_transformers_cleanup.append(transformer)
 gc.callbacks.append(lambda phase, info, search=search: search("collector"))
 gc.set_threshold(1)
 """
 MARK = kernel_guard.MARK
 want = hashlib.sha256(secret.encode()).hexdigest()
-test = f"_data = 1\nimport hashlib\nfrom course.toolkit import salts\nassert hashlib.sha256(salts.CURRENT[0].encode()).hexdigest() == {want!r}\n"
+# the test: checks it got its secret, then looks for it as a learner's function would, in a graded
+# call's process and (the control) in the kernel: the box, the guard's own state (its hook's closure),
+# the running request
+test = f"""_data = 1
+import hashlib
+from course.toolkit import salts
+assert hashlib.sha256(salts.CURRENT[0].encode()).hexdigest() == {want!r}
+from course.exercises.isolation import run_apart
+def peek(case):
+    found = [salts.CURRENT[0]]
+    for hook in get_ipython().events.callbacks["pre_run_cell"]:
+        for cell in getattr(hook, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            values = value.values() if type(value) is dict else [value]
+            found += [v for v in values if type(v) is str]
+    try:
+        found.append(json.dumps(get_ipython().kernel.get_parent().get("metadata", {{}}), default=str))
+    except LookupError:  # a graded call's process has no request
+        pass
+    return found
+print("KERNEL", json.dumps(peek(())))
+print("APART", json.dumps(run_apart(peek, [()], lambda case, v: v)[0].get()))
+"""
 payload = {"names": _names(test), "stores": _stores(test), "sha": hashlib.sha256(test.encode()).hexdigest(),
-           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": []}
+           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": [], "keyed": bool(secret)}
 try:
     _, planted = run(PLANT)
     run(f"{MARK} pre {json.dumps(payload)}", store_history=False)
-    _, error = run(test, store_history=False, secret=secret)
+    looked, error = run(test, store_history=False, secret=secret)
     run(f"{MARK} post", store_history=False)
     out, _ = run("gc.callbacks.clear()\ngc.set_threshold(700, 10, 10)\nget_ipython().input_transformers_cleanup.remove(transformer)\n"
                  "print('KEPT', json.dumps(kept))")
@@ -91,11 +139,13 @@ try:
 finally:
     client.stop_channels()
     kernel.kill()
-print(json.dumps({"kept": kept, "planted": planted, "test_error": error}))
+looked = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in looked.splitlines()
+          if line.startswith(("KERNEL ", "APART "))}
+print(json.dumps({"kept": kept, "planted": planted, "test_error": error, "looked": looked}))
 '''
 
 SECRET = "the-test-" + "secret-9c2a"
-ROUTES = ("transformer", "collector", "finalizer", "request")
+ROUTES = ("transformer", "collector", "finalizer", "request", "untracked", "weakref")
 
 
 def _drive(secret: str) -> dict:
@@ -104,7 +154,7 @@ def _drive(secret: str) -> dict:
     env["PYTHONPATH"] = str(grading.REPO)
     out = subprocess.run([sys.executable, "-c", DRIVER, secret], cwd=grading.REPO, env=env, text=True,
                          capture_output=True, timeout=300)
-    if out.returncode != 0:  # not an AssertionError: the xfail marker below expects only that one
+    if out.returncode != 0:
         raise RuntimeError(f"the driver failed:\n{out.stderr[-3000:]}")
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     if seen["planted"]:
@@ -127,7 +177,18 @@ def test_the_test_got_its_secret(keyed):
     assert keyed["test_error"] == "", f"the test cell did not find its secret in the box: {keyed['test_error']}"
 
 
-@pytest.mark.parametrize("route", ["transformer", "collector", "finalizer"])
+def test_a_graded_call_finds_no_secret(keyed):
+    """A learner's function runs in the graded call's process: the box is emptied there, and the guard
+    keeps only the secret's digest (its state is reachable through its hook's closure). The control is
+    the same search in the kernel, during the test, where the box holds the secret."""
+    assert any(SECRET in text for text in keyed["looked"]["KERNEL"]), keyed["looked"]
+    assert not any(SECRET in text for text in keyed["looked"]["APART"]), \
+        f"a graded call found the test's secret: {keyed['looked']['APART']}"
+    assert not any("run_apart(peek" in text for text in keyed["looked"]["APART"]), \
+        f"a graded call found the test's text in the guard's state: {keyed['looked']['APART']}"
+
+
+@pytest.mark.parametrize("route", ROUTES)
 def test_a_route_closed_keeps_no_secret(keyed, route):
     leaked = [text for text in keyed["by_route"][route] if SECRET in text]
     assert not leaked, f"the submission's {route} kept the test's secret: {leaked[:2]}"
@@ -140,16 +201,18 @@ def test_a_collector_callback_never_runs_during_the_test(keyed):
     assert not during, f"the submission's collector callback ran during the test: {during[:2]}"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open route (issue 31): an object hung on the kernel's "
-                   "request is let go while the test cell runs, with the secret in the box")
-def test_an_object_hung_on_the_request_keeps_no_secret(keyed):
-    leaked = [text for text in keyed["by_route"]["request"] if SECRET in text]
-    assert not leaked, f"an object hung on the kernel's request kept the test's secret: {leaked[:2]}"
+@pytest.mark.parametrize("route", ["request", "untracked", "weakref"])
+def test_what_the_guard_held_is_let_go_at_the_post_stage(keyed, route):
+    """Held, not leaked: the plant's object is freed once the post stage lets go of what it held."""
+    assert any(t.startswith("during #course-guard post") for t in keyed["by_route"][route]), \
+        (route, keyed["by_route"][route][:4])
 
 
 # where each plant runs, without a secret: the windows the searches above looked in
+# (a test without a secret holds nothing, so the last three run during the test itself)
 WHERE = {"transformer": "text #course-guard pre", "collector": "during #course-guard pre",
-         "finalizer": "during #course-guard pre", "request": "during _data = 1"}
+         "finalizer": "during #course-guard pre", "request": "during _data = 1",
+         "untracked": "during _data = 1", "weakref": "during _data = 1"}
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -233,6 +233,13 @@ def _forget(user_ns: dict | None, frame) -> None:
         if module is not None and _getattr(module, clear, None) is not None:
             _getattr(module, clear)()
     sys.last_type = sys.last_value = sys.last_traceback = None
+    # the grader's secret of the running test (course.toolkit.salts): the hidden draws were mixed
+    # with it in the kernel (each ``Hidden`` record holds its mixed salt), so nothing here needs it,
+    # and the learner's function, which runs here, could read it and rebuild the draws
+    salts = sys.modules.get("course.toolkit.salts")
+    box = _getattr(salts, "CURRENT", None) if salts is not None else None
+    if type(box) is list:
+        box[:] = [""]
     if user_ns is not None:
         # the running cell's own assignments that hold data (a test's expected answers, labelled
         # draws, loop variables); functions, classes and modules it defined stay callable

@@ -16,7 +16,9 @@ Outside grading (JupyterLab, nbval, Validate) ``CURRENT`` holds ``""`` and every
 notebook shows. A draw without a salt (the notebooks' visible mysteries) is never mixed.
 
 The secret reaches the kernel in the test cell's request (its metadata), never in a cell's text,
-and the guard takes it out of the request at the test's start, after its checks.
+and the guard takes it out of the request at the test's start, after its checks. A graded call's
+process (``course.exercises.isolation``) empties the box before the learner's function runs there:
+a hidden draw was mixed in the kernel (``mystery.hidden`` stores the mixed salt).
 
 Limits: the secret is in the kernel while its test cell runs, so learner code that runs then can
 read it: ``check_fix``'s re-run of a fix, or the finalizer of an object the kernel lets go of during
