@@ -137,7 +137,7 @@ def install(shell) -> None:
     callable_, type_, list_, dict_, tuple_, len_ = callable, type, list, dict, tuple, len
     settrace, gettrace, setprofile, getprofile = sys.settrace, sys.gettrace, sys.setprofile, sys.getprofile
     getframe, referrers = sys._getframe, gc.get_referrers
-    get_objects, get_referents = gc.get_objects, gc.get_referents
+    get_objects = gc.get_objects
     gc_collect, gc_freeze, gc_unfreeze = gc.collect, gc.freeze, gc.unfreeze  # the gc module is the submission's too
     sha256 = hashlib.sha256
     parse, dump = ast.parse, ast.dump
@@ -1196,19 +1196,17 @@ def install(shell) -> None:
             if again:
                 tampered.append(f"planted again while the grader put it back: {', '.join(again)}")
             tampered += fork_handlers() + running_threads()
-            # for a test with a secret, held until the post stage: every object alive now (the
-            # collector's, frozen ones included, and what each refers to directly, which covers objects
-            # the collector does not track). So nothing that exists before the test is freed while it
-            # runs, and no finalizer or weakref callback of the submission's runs there: an object it
-            # hung on something the kernel lets go during the test (its own request, a replaced
-            # attribute) is freed at the post stage, after the secret is gone. It costs about 0.1-0.2 s
-            # a test, so a test without a secret, which has nothing of the grader's to keep, skips it
+            # for a test with a secret, held until the post stage: every object the collector tracks,
+            # frozen ones included (an instance of any Python class is tracked: whatever can carry a
+            # finalizer or a weakref callback of the submission's). So nothing that exists before the
+            # test is freed while it runs, and no such code runs there: an object the submission hung
+            # on something the kernel lets go during the test (its own request, a replaced attribute)
+            # is freed at the post stage, after the secret is gone. A test without a secret, which has
+            # nothing of the grader's to keep, skips it (about 0.04 s a test: 9 tests of 04 took 1.04-1.08 s
+            # of pre stages without it, 1.41-1.47 s with it)
             gc_unfreeze()
             if payload.get("keyed") is True:
-                held = get_objects()
-                held.extend(get_referents(*held))
-                state["held"] = held
-                del held
+                state["held"] = get_objects()
             # frozen last, for good: garbage made by any of the above since ``free_stored`` collected
             # (a learner object in a cycle that a restore let go) is never collected, so its finalizer
             # never runs, here or on a later test's frames

@@ -20,7 +20,10 @@ kernel). On top of ``Execute`` it:
   the guard's report out of the test cell's own output, and fails the test (GradingIntegrityError)
   if the submission changed how IPython runs cells (a replaced method or helper, a transformer
   that rewrites the test, a wrapped guard hook), if something the test relies on was replaced
-  while it ran, or if the guard does not answer before, at the start of, or after the test.
+  while it ran, or if the guard does not answer before, at the start of, or after the test;
+- with a course key (``autograder.draw_key``), sends each test's secret in the test cell's own
+  request (its metadata, ``kernel_guard.SECRET_METADATA``), never in a cell's text, tells the guard's
+  pre stage only that one is coming (``keyed``), and fails a test whose guard did not take it.
 - passes the nbgrader student id to the kernel (``COURSE_STUDENT_ID``; ``course.exercises.identity`` reads it
   once, at kernel start, and the guard keeps it): a draw keyed by identity (the capstone) comes
   from the grader, not from what the notebook says;

@@ -17,6 +17,12 @@ table answers them, and the cells that grade only visible draws keep their point
 control in the same submission (without the grader's secret, ``tests/test_course_salts.py``, the
 same table answers the hidden draws too). They lose exactly the cells that grade ``detect`` or
 ``name_cause`` on a hidden draw.
+
+A twelfth pass (2026-12-06) found the secret itself in reach: the graded call's process still held
+it in ``course.toolkit.salts``, and a detector there rebuilt every hidden draw's seeds from the
+text's salts and seeds (all 9 mystery points of 04; 0 for the same submission not reading it). So
+``detect`` and ``name_cause`` here also try the box, in the graded call's process, before they give
+up on a draw; the graded call now empties it, and the cells they lose are the same.
 """
 import base64
 import json
@@ -33,6 +39,7 @@ import dataclasses as _replay_dc
 from course.exercises import grading as _replay_grading, mystery as _replay_mystery
 
 _REPLAY_TABLE = {}
+_REPLAY_HIDDEN = []  # each hidden draw's record as the text writes it: (answer, seed, salt, label)
 
 
 def _replay_key(pipe):
@@ -43,6 +50,7 @@ def _replay_key(pipe):
 def _replay_note(case, label=None):
     try:
         if type(case) is _replay_mystery.Hidden:
+            _REPLAY_HIDDEN.append((case.answer, case.seed, case.salt, label))
             pipe, secret = case._course_realize()
             answer = secret.answer
         else:
@@ -82,8 +90,29 @@ finally:
      _replay_grading.graded_calls) = _replay_saved
 
 
+def _replay_from_the_box(pipe):
+    """In the graded call's process: the grader's secret, if the box there held it, rebuilds each
+    hidden draw's seeds from the text's salt and seed, as ``mystery._config`` draws them (red team,
+    run 12: 9 of 9 mystery points on 04 before the graded call's process emptied the box)."""
+    from course.toolkit import salts as _replay_salts
+    import random as _replay_random
+    secret = _replay_salts.CURRENT[0] if type(_replay_salts.CURRENT[0]) is str else ""
+    if not secret:
+        return None
+    seeds = (pipe.language_seed, pipe.data_seed, pipe.val_seed)
+    for answer, seed, salt, label in _REPLAY_HIDDEN:
+        rng = _replay_random.Random(f"{salt}|grader:{secret}|{seed}|config")
+        if (rng.randrange(1, 10_000), rng.randrange(1, 10_000), rng.randrange(10_000, 20_000)) == seeds:
+            return answer, label
+    return None
+
+
+def _replay_find(pipe):
+    return _REPLAY_TABLE.get(_replay_key(pipe)) or _replay_from_the_box(pipe)
+
+
 def detect(pipe, *args, **kwargs):  # work-free: the table
-    found = _REPLAY_TABLE.get(_replay_key(pipe))
+    found = _replay_find(pipe)
     return found is not None and found[0] != "healthy"
 
 '''
@@ -91,7 +120,7 @@ def detect(pipe, *args, **kwargs):  # work-free: the table
 NAME = '''
 
 def name_cause(pipe, *args, **kwargs):  # work-free: the table the detect cell built
-    found = _REPLAY_TABLE.get(_replay_key(pipe))
+    found = _replay_find(pipe)
     return found[1] if found is not None and found[1] is not None else "healthy"
 '''
 

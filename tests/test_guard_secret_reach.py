@@ -21,17 +21,16 @@ found the secret in the test's request (before the guard took it) or in the box:
 
 - a **finalizer** of an object hung on the kernel's own request (``get_parent()``), which ipykernel
   releases as the next request but one arrives, i.e. as the test cell starts;
-- the same with an object the collector does not track (``__slots__ = ()``, inside a tuple);
 - a **weakref callback** (``weakref.finalize``) of an object hung there.
 
 For a test with a secret, the guard now holds every object alive at the end of its pre stage until
-its post stage, after the secret is gone, so all three run there. Each plant records, under its own name, every control cell's
+its post stage, after the secret is gone, so both run there. Each plant records, under its own name, every control cell's
 text it sees on a frame, the running request's code and metadata, and ``course.toolkit.salts``.
 
 The controls run the same plants with no secret (so nothing is held) and check that each still
 runs where it would see one (a search that ran nowhere proves nothing), and that the test itself
 got its secret. Without the
-hold, the last three routes keep the secret; with the secret back in the control cell's text, the
+hold, the last two routes keep the secret; with the secret back in the control cell's text, the
 first three do.
 """
 import json
@@ -70,11 +69,6 @@ class Thief:
     def __del__(self, search=search):
         search(self.route)
 
-class Slotless:  # no __dict__, no slots: the collector never tracks one
-    __slots__ = ()
-    def __del__(self, search=search):
-        search("untracked")
-
 class Plain:
     pass
 
@@ -91,7 +85,6 @@ def transformer(lines, search=search, kept=kept):
 
 _data = Thief("finalizer")
 get_ipython().kernel.get_parent()["thief"] = Thief("request")
-get_ipython().kernel.get_parent()["slotless"] = (Slotless(),)
 get_ipython().kernel.get_parent()["watched"] = _watched
 del _watched
 get_ipython().input_transformers_cleanup.append(transformer)
@@ -145,7 +138,7 @@ print(json.dumps({"kept": kept, "planted": planted, "test_error": error, "looked
 '''
 
 SECRET = "the-test-" + "secret-9c2a"
-ROUTES = ("transformer", "collector", "finalizer", "request", "untracked", "weakref")
+ROUTES = ("transformer", "collector", "finalizer", "request", "weakref")
 
 
 def _drive(secret: str) -> dict:
@@ -201,7 +194,7 @@ def test_a_collector_callback_never_runs_during_the_test(keyed):
     assert not during, f"the submission's collector callback ran during the test: {during[:2]}"
 
 
-@pytest.mark.parametrize("route", ["request", "untracked", "weakref"])
+@pytest.mark.parametrize("route", ["request", "weakref"])
 def test_what_the_guard_held_is_let_go_at_the_post_stage(keyed, route):
     """Held, not leaked: the plant's object is freed once the post stage lets go of what it held."""
     assert any(t.startswith("during #course-guard post") for t in keyed["by_route"][route]), \
@@ -209,10 +202,10 @@ def test_what_the_guard_held_is_let_go_at_the_post_stage(keyed, route):
 
 
 # where each plant runs, without a secret: the windows the searches above looked in
-# (a test without a secret holds nothing, so the last three run during the test itself)
+# (a test without a secret holds nothing, so the last two run during the test itself)
 WHERE = {"transformer": "text #course-guard pre", "collector": "during #course-guard pre",
          "finalizer": "during #course-guard pre", "request": "during _data = 1",
-         "untracked": "during _data = 1", "weakref": "during _data = 1"}
+         "weakref": "during _data = 1"}
 
 
 @pytest.mark.parametrize("route", ROUTES)
