@@ -140,6 +140,7 @@ def install(shell) -> None:
     get_objects = gc.get_objects
     gc_collect, gc_freeze, gc_unfreeze = gc.collect, gc.freeze, gc.unfreeze  # the gc module is the submission's too
     sha256 = hashlib.sha256
+    no_secret = sha256(b"").hexdigest()  # the digest the guard keeps while no secret is out
     parse, dump = ast.parse, ast.dump
     user_ns = shell.user_ns
     import linecache
@@ -1030,14 +1031,21 @@ def install(shell) -> None:
                 del user_ns[k]
         gc_collect()
 
-    def cached_text(text_sha):
-        """The test's text as IPython's compile cache holds it (None if it is not there)."""
-        for entry in list_(line_cache.values()):
+    def cached_cells():
+        """(name, text) of each cell's source in IPython's compile cache (``linecache``)."""
+        for name, entry in list_(line_cache.items()):
             lines = entry[2] if type_(entry) is tuple and len_(entry) > 2 and type_(entry[2]) is list else None
             if lines is not None and all(type_(x) is str for x in lines):
-                text = "".join(lines)
-                if sha256(text.rstrip("\n").encode()).hexdigest() == text_sha:
-                    return text
+                yield name, "".join(lines)
+
+    def is_test_text(text, text_sha):
+        return sha256(text.rstrip("\n").encode()).hexdigest() == text_sha
+
+    def cached_text(text_sha):
+        """The test's text as IPython's compile cache holds it (None if it is not there)."""
+        for _, text in cached_cells():
+            if is_test_text(text, text_sha):
+                return text
         return None
 
     def forget_test(names, kept, text_sha):
@@ -1048,9 +1056,9 @@ def install(shell) -> None:
         (``kept``: the notebook's own imports, ``IGNORE``, ``batch_at``, which its later cells use);
         any other keeps what the test bound only when it is a module, function or class (an import
         of the test's), and is dropped otherwise (the test's data: its draws, labels and salts).
-        Then the test's text and the grader's control cells in IPython's compile cache, and the last exception (its traceback holds the test's frames). A
-        test cell runs outside the input history (``SandboxedExecute``), so ``In``, ``_i`` and the
-        history file never hold it."""
+        Then the test's text and the grader's control cells in IPython's compile cache, and the last
+        exception (its traceback holds the test's frames). A test cell runs outside the input history
+        (``SandboxedExecute``), so ``In``, ``_i`` and the history file never hold it."""
         for k in names:
             if k in ("In", "Out", "get_ipython"):
                 continue
@@ -1058,12 +1066,8 @@ def install(shell) -> None:
                 user_ns[k] = kept[k]
             elif k in user_ns and type_(user_ns[k]) not in DEFINITION_TYPES:
                 del user_ns[k]
-        for name, entry in list_(line_cache.items()):
-            lines = entry[2] if type_(entry) is tuple and len_(entry) > 2 and type_(entry[2]) is list else None
-            if lines is None or not all(type_(x) is str for x in lines):
-                continue
-            text = "".join(lines)
-            if text.startswith(MARK) or sha256(text.rstrip("\n").encode()).hexdigest() == text_sha:
+        for name, text in cached_cells():
+            if text.startswith(MARK) or is_test_text(text, text_sha):
                 del line_cache[name]
                 filename_map.pop(name, None)
         for k in ("last_type", "last_value", "last_traceback", "last_exc"):
@@ -1117,7 +1121,7 @@ def install(shell) -> None:
             return f"raised {type_(err).__name__} on it"
         return None if same else "rewrote its code"
 
-    state = {"armed": None, "saved": {}, "pending": None, "salt": sha256(b"").hexdigest()}
+    state = {"armed": None, "saved": {}, "pending": None, "salt": no_secret}
 
     def hook(info=None):
         trace, profile = gettrace(), getprofile()
@@ -1183,7 +1187,7 @@ def install(shell) -> None:
             state["armed"] = payload.get("sha", "")
             state["saved"] = saved
             state["forget"] = (forget, kept, payload.get("text_sha", ""))
-            state["salt"] = sha256(b"").hexdigest()
+            state["salt"] = no_secret
             restored = imports + restore(payload.get("names", [])) + shown + rebound(True) + \
                 io_check(True) + loop_callbacks(True)
             # What was put back may have been the submission's last reference to an object whose
@@ -1222,13 +1226,12 @@ def install(shell) -> None:
                                                  sha256(salt_box[0].encode()).hexdigest() != state.get("salt", ""))
         if salt_box is not None:
             salt_box[:] = [""]
-        state["salt"] = sha256(b"").hexdigest()
+        state["salt"] = no_secret
         # then what the pre stage held: what the kernel let go of during the test is freed here, and
         # a finalizer of the submission's runs now, before the checks below (what it plants is seen)
         held = state.pop("held", None)
         if held is not None:
             held.clear()  # by hand: the list can refer to itself (through a namespace it holds)
-        del held
         saved, added = container_check(True)
         # the submission's transformers are tried on the test's text only now, with the secret gone
         # (they are the submission's code: at the test's start they would run beside it). The text is

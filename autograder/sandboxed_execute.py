@@ -176,6 +176,18 @@ def _stores(source: str) -> list[str]:
 HIDDEN_MARK = "BEGIN HIDDEN TESTS"  # nbgrader's ClearHiddenTests.begin_test_delimeter
 
 
+def pre_payload(source: str, keyed: bool) -> dict:
+    """What the guard's control cell before a test carries (``kernel_guard``): the names the test
+    binds, its sha256, what the kernel keeps of it afterwards (its text in the compile cache, by
+    sha256, and, for a test with hidden parts, the names it stores), and whether a secret comes with
+    the test's own request (never the secret itself)."""
+    return {"names": _names(source), "stores": _stores(source),
+            "sha": hashlib.sha256(source.encode()).hexdigest(),
+            "text_sha": hashlib.sha256(source.rstrip("\n").encode()).hexdigest(),
+            "forget": _stores(source) if HIDDEN_MARK in source else [],
+            "keyed": keyed}
+
+
 def _is_test(cell) -> bool:
     meta = cell.get("metadata", {}).get("nbgrader", {})
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
@@ -350,17 +362,12 @@ class SandboxedExecute(Execute):
     def _run_cell(self, cell, resources, index):
         test = _is_test(cell) and self.guard
         restored, void = [], []
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        # the test's secret travels in the test cell's own request (its metadata), which the kernel
+        # reads once the guard has put everything back; never in a cell's text (see kernel_guard)
+        secret = draw_key.cell_secret(self._key, self._assignment, gid) if test else ""
         if test:
-            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-            payload = {"names": _names(cell.source), "stores": _stores(cell.source),
-                       "sha": hashlib.sha256(cell.source.encode()).hexdigest(),
-                       # what the kernel keeps of the test after it (the guard drops it): the cell's
-                       # text in the compile cache, and, for a test with hidden parts, the names it binds
-                       "text_sha": hashlib.sha256(cell.source.rstrip("\n").encode()).hexdigest(),
-                       "forget": _stores(cell.source) if HIDDEN_MARK in cell.source else [],
-                       # whether a secret comes with the test (never the secret itself)
-                       "keyed": bool(draw_key.cell_secret(self._key, self._assignment, gid))}
-            report = self._guard(f"pre {json.dumps(payload)}", index)
+            report = self._guard(f"pre {json.dumps(pre_payload(cell.source, bool(secret)))}", index)
             if report is None or report.get("stage") != "pre":
                 why = report.get("error", "") if report else ""
                 cell.outputs = [_error("GradingIntegrityError", "the grading guard did not answer "
@@ -376,9 +383,7 @@ class SandboxedExecute(Execute):
         self._timed_out = False
         self._cell_bytes, self._over = 0, False
         self._unstored = test  # a test cell runs outside the input history (In, _i, the history file)
-        # the test's secret travels in the test cell's own request (its metadata), which the kernel
-        # reads once the guard has put everything back; never in a cell's text (see kernel_guard)
-        self._secret = draw_key.cell_secret(self._key, self._assignment, gid) if test else ""
+        self._secret = secret
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -408,8 +413,7 @@ class SandboxedExecute(Execute):
             cell.outputs.append(_error("OutputLimitError", f"this cell printed more than "
                                        f"{self.max_output_bytes} bytes; the autograder interrupted "
                                        "it and did not run the cells after it"))
-        problems = self._test_report(cell, keyed=bool(draw_key.cell_secret(self._key, self._assignment, gid))) \
-            if test else []
+        problems = self._test_report(cell, keyed=bool(secret)) if test else []
         if test and not self._stopped:
             report = self._guard("post", index)
             void += problems + ((report or {}).get("rewrote") or [])

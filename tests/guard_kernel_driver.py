@@ -14,7 +14,7 @@ import hashlib, json, os, subprocess, sys, tempfile
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 from autograder import kernel_guard, sandbox
-from autograder.sandboxed_execute import _names, _stores
+from autograder.sandboxed_execute import pre_payload
 
 folder = tempfile.mkdtemp()
 path, _ = write_connection_file(os.path.join(folder, "kernel.json"))

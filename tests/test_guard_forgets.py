@@ -33,11 +33,9 @@ test = ("import course.toolkit.salts as _salts\n"
         f"assert _seen == {SECRET!r}, 'the test did not get its secret'\n"
         f"raise AssertionError({SENTINEL!r} + ' failed')\n"
         "### END HIDDEN TESTS\n")
-payload = {"names": _names(test), "stores": _stores(test), "sha": hashlib.sha256(test.encode()).hexdigest(),
-           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": _stores(test)}
 try:
     run("x = 1\nkeep_me = 5")
-    run(f"{MARK} pre {json.dumps(payload)}", store_history=False)
+    run(f"{MARK} pre {json.dumps(pre_payload(test, keyed=True))}", store_history=False)
     _, error = run(test, store_history=False, secret=SECRET)
     ran_with_secret = SENTINEL in error
     if sys.argv[1] == "post":

@@ -119,11 +119,9 @@ def peek(case):
 print("KERNEL", json.dumps(peek(())))
 print("APART", json.dumps(run_apart(peek, [()], lambda case, v: v)[0].get()))
 """
-payload = {"names": _names(test), "stores": _stores(test), "sha": hashlib.sha256(test.encode()).hexdigest(),
-           "text_sha": hashlib.sha256(test.rstrip("\n").encode()).hexdigest(), "forget": [], "keyed": bool(secret)}
 try:
     _, planted = run(PLANT)
-    run(f"{MARK} pre {json.dumps(payload)}", store_history=False)
+    run(f"{MARK} pre {json.dumps(pre_payload(test, bool(secret)))}", store_history=False)
     looked, error = run(test, store_history=False, secret=secret)
     run(f"{MARK} post", store_history=False)
     out, _ = run("gc.callbacks.clear()\ngc.set_threshold(700, 10, 10)\nget_ipython().input_transformers_cleanup.remove(transformer)\n"
