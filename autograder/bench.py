@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
 from autograder import class_runner, database, grading, toy_course
+from autograder.kernel_polls import CourseNotebookClient
 
 
 CELL_TIMEOUT_S = 300
@@ -92,7 +92,7 @@ def time_execution(assignment: str, workdir: Path) -> float:
     shutil.copytree(grading.source_path(assignment).parent, folder)
     nb = nbformat.read(folder / f"{assignment}.ipynb", as_version=4)
     current = {}
-    client = NotebookClient(nb, kernel_name=grading.KERNEL_NAME, timeout=CELL_TIMEOUT_S,
+    client = CourseNotebookClient(nb, kernel_name=grading.KERNEL_NAME, timeout=CELL_TIMEOUT_S,
                             resources={"metadata": {"path": str(folder)}},
                             on_cell_start=lambda cell, cell_index: current.update(cell=cell, index=cell_index))
     start = time.perf_counter()

@@ -105,16 +105,16 @@ def check(key: bytes, assignments: list[str], echo=print) -> dict[str, list[str]
     """Run each solution notebook under ``key``'s secrets; {assignment: the test cells that failed,
     with their errors} (an empty list: every test passed)."""
     import nbformat
-    from nbclient import NotebookClient
 
     from autograder import grading
+    from autograder.kernel_polls import CourseNotebookClient
     failed = {}
     with tempfile.TemporaryDirectory(prefix="draw-key-") as tmp:
         for a in assignments:
             folder = Path(tmp) / a
             shutil.copytree(grading.source_path(a).parent, folder)
             nb = _with_secrets(nbformat.read(folder / f"{a}.ipynb", as_version=4), key, a)
-            client = NotebookClient(nb, kernel_name=grading.KERNEL_NAME, timeout=CELL_TIMEOUT_S,
+            client = CourseNotebookClient(nb, kernel_name=grading.KERNEL_NAME, timeout=CELL_TIMEOUT_S,
                                     allow_errors=True, resources={"metadata": {"path": str(folder)}})
             client.execute(stdin=subprocess.DEVNULL)
             failed[a] = [f"{c.metadata.get('nbgrader', {}).get('grade_id', '?')}: {o['ename']}: {o['evalue'][:200]}"

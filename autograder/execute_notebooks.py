@@ -40,10 +40,10 @@ from pathlib import Path
 
 import jupytext
 import nbformat
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from . import machine
+from .kernel_polls import CourseNotebookClient
 
 KERNEL_NAME = "debug-course"
 CELL_TIMEOUT = 600  # seconds; a solution cell is never expected to get near it
@@ -214,7 +214,7 @@ def execute(path: Path) -> None:
     nb = from_text(text) if text.exists() else nbformat.read(path, as_version=4)
     # store_widget_state stays on: with it off, nbclient 0.11 raises KeyError in
     # output_widget.py when an Output widget receives output. The state is stripped below.
-    client = NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=CELL_TIMEOUT, record_timing=False,
+    client = CourseNotebookClient(nb, kernel_name=KERNEL_NAME, timeout=CELL_TIMEOUT, record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     nbformat.write(strip_volatile(nb), path)

@@ -56,6 +56,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, Unicode
 
 from autograder import demo_cells, draw_key, sandbox
+from autograder.kernel_polls import SlicedPolls
 from autograder.kernel_guard import SECRET_METADATA
 from autograder.gpu_points import NOT_GRADED_GPU  # the line a GPU test left unrun gets (one source)
 
@@ -193,7 +194,7 @@ def _is_test(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
-class SandboxedExecute(Execute):
+class SandboxedExecute(SlicedPolls, Execute):
     kernel_name = Unicode(sandbox.KERNEL_NAME, help="the sandboxed kernelspec").tag(config=True)
     gpu_kernel_name = Unicode(GPU_KERNEL_NAME, help="the sandboxed kernelspec used under GRADE_KERNEL=gpu "
                               "(make gpu-kernel registers it)").tag(config=True)
