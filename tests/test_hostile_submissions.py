@@ -16,6 +16,7 @@ The toy class runs with short limits for speed (6 s per cell, 1.5 GB address spa
 """
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -347,22 +348,17 @@ def listener():
     sock.close()
 
 
-@pytest.fixture(scope="module")
-def toy_class(tmp_path_factory, listener):
-    assert sandbox.probe() is None, sandbox.probe()
-    sandbox.install()
-    root = grading.make_course_copy(tmp_path_factory.mktemp("hostile"), [])
+def _toy_class(tmp, port):
+    root = grading.make_course_copy(tmp, [])
     draw_key.write_key(root, b"a key of the hostile class")  # for the snoop to reach for
-    cases = toy_cases(root, listener.getsockname()[1])
+    cases = toy_cases(root, port)
     log = _grade(root, "toy", toy_course.toy_notebook(),
                  lambda src: {s: grading.edit_cells(src, edits) for s, (edits, _, _) in cases.items()}, LIMITS)
     return Run(root, "toy", log), cases
 
 
-@pytest.fixture(scope="module")
-def guarded_class(tmp_path_factory):
-    sandbox.install()
-    root = grading.make_course_copy(tmp_path_factory.mktemp("guarded"), [])
+def _guarded_class(tmp):
+    root = grading.make_course_copy(tmp, [])
     draw_key.write_key(root, b"a key of the guarded class")  # each test gets a secret (salt_emptied)
     source = _notebook(GUARDED_SOURCE, "guarded")
 
@@ -373,6 +369,30 @@ def guarded_class(tmp_path_factory):
     # a cell limit of 30 s, not the course's 120: patch_isinstance's kernel stops answering, and the
     # limit is how long the class waits for it (every other cell here takes well under a second)
     return Run(root, "guarded", _grade(root, "guarded", source, submissions, ["--SandboxedExecute.timeout=30"]))
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory, listener):
+    """Both classes, graded at the same time (two ``nbgrader autograde`` runs, one thread each):
+    each run spends much of its time waiting on its kernels (cell limits, kernels that stop
+    answering), so together they take little more than the longer one alone. Each is still one
+    batch of its own."""
+    assert sandbox.probe() is None, sandbox.probe()
+    sandbox.install()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        toy = pool.submit(_toy_class, tmp_path_factory.mktemp("hostile"), listener.getsockname()[1])
+        guarded = pool.submit(_guarded_class, tmp_path_factory.mktemp("guarded"))
+        yield {"toy": toy, "guarded": guarded}
+
+
+@pytest.fixture(scope="module")
+def toy_class(classes):
+    return classes["toy"].result()
+
+
+@pytest.fixture(scope="module")
+def guarded_class(classes):
+    return classes["guarded"].result()
 
 
 def _case_ids():
