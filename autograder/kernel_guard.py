@@ -292,7 +292,9 @@ def install(shell) -> None:
                     for then in after_import:
                         then()
                     if pristine_record is not None:
-                        pristine_record()
+                        # this module now, as its code left it (its import has not returned yet,
+                        # so a plain record would leave it for later, after the submission's code)
+                        pristine_record(name)
                     if name == "course.exercises.isolation":
                         warm_up(module)
             else:

@@ -340,3 +340,46 @@ def test_a_graded_call_can_free_nothing_of_its_draw_nor_reach_the_grader_s_cases
     for args, change in got:
         assert args == "([],)", f"the worker thread's arguments hold the grader's data: {args}"
         assert change == 0, "dropping a draw freed its bug's function: a reference count says which bug"
+
+
+def test_a_signature_planted_on_a_course_function_is_put_back(planted):
+    # red team 13, route B: ``inspect.signature`` follows a function's own ``__signature__`` (and
+    # ``__wrapped__``), and a graded call builds each part's binder from it: a planted one ran inside
+    # the draw and saw which parts a bug had left alone. pristine recorded no function attribute.
+    import inspect
+
+    from course.reference import pipeline
+    pristine.changed()  # recorded first, as the guard records at kernel start
+    fn = pipeline.prepare_model
+    fn.__signature__ = inspect.Signature()
+    fn.__wrapped__ = len
+    try:
+        report = pristine.restore()
+        assert any("prepare_model.__dict__" in r for r in report), report
+        assert "__signature__" not in fn.__dict__ and "__wrapped__" not in fn.__dict__, fn.__dict__
+        assert pristine.changed() == []
+    finally:
+        fn.__dict__.pop("__signature__", None)
+        fn.__dict__.pop("__wrapped__", None)
+
+
+def test_a_pipeline_changed_in_place_is_put_back(planted):
+    # red team 13, route A: a hidden draw's base (a module's pipeline, a mystery set's) changed field
+    # by field with object.__setattr__ is still the same object, so a check by identity missed it;
+    # the draw then ran the planted fields
+    import dataclasses
+
+    from course.exercises.sets import SETS
+    from course.lessons import replay
+    pristine.changed()
+    base = SETS["12_lr_instability"].base
+    field = dataclasses.fields(base.model)[0].name
+    was = (replay.MYSTERY_PIPE.lr, base.warmup, getattr(base.model, field))
+    object.__setattr__(replay.MYSTERY_PIPE, "lr", 12.5)
+    object.__setattr__(base, "warmup", 999)
+    object.__setattr__(base.model, field, 3)
+    report = pristine.restore()
+    assert sorted(report) == sorted(["a Pipeline's fields (changed in place)"] * 2 +
+                                    ["a ModelConfig's fields (changed in place)"]), report
+    assert (replay.MYSTERY_PIPE.lr, base.warmup, getattr(base.model, field)) == was
+    assert pristine.changed() == []

@@ -23,12 +23,18 @@ as it is then (outside the grading kernel, that may be after learner code ran). 
   (``__slotnames__``, a counter, a cache) is neither recorded nor removed;
 * for each function it defines, and each method of those classes: ``__code__``, ``__defaults__``,
   ``__kwdefaults__``, and the cells of its closure that held a callable (the function a wrapper
-  wraps; a closure's own counters and flags change legitimately and are left alone);
+  wraps; a closure's own counters and flags change legitimately and are left alone); for a function
+  of ``course``'s own files, its attributes too (``__signature__``, ``__wrapped__``: what
+  ``inspect.signature`` follows; a library marks its own functions as it runs, so theirs are not);
+* for a module of ``course``, the fields of each frozen dataclass instance it holds at module level
+  (a ``Pipeline``, and in turn the ``ModelConfig`` it holds): ``object.__setattr__`` changes them in
+  place, where a check by identity sees the same object;
 * the contents of torch's global hook registries (``GLOBAL_HOOKS``): a global forward hook or
   optimizer hook registered beforehand would run inside every draw and every check;
 * for the data modules (``DATA_MODULES``: the bug catalogue, the notebooks' mystery sets): the
   contents of every module-level dict and list, and the fields of the objects in them (a ``Bug``
-  whose ``apply`` was wrapped, a registry entry replaced): a draw dispatches through them.
+  whose ``apply`` was wrapped, a registry entry replaced), and the fields of the frozen dataclass
+  instances those fields hold (a mystery set's base pipeline): a draw dispatches through them.
 
 A change whose new value is a function of a library's own files (site-packages or the standard
 library, not ``course`` and not a notebook) is a library's doing and is kept: torch wraps
@@ -82,6 +88,7 @@ _modules = sys.modules
 _ModuleSpec = type(sys.__spec__)
 _module_dict = _ModuleType.__dict__["__dict__"].__get__  # a module's namespace, whatever its class
 _object_getattribute = object.__getattribute__
+_function_dict = _FunctionType.__dict__["__dict__"].__get__  # a function's attributes, past any subclass
 # a library's own files: site-packages and the standard library (course is not among them: it is
 # installed in place, from the repository)
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in
@@ -146,7 +153,10 @@ def _function_record(fn) -> tuple:
     cells = ()
     if fn.__closure__:
         cells = _tuple((i, cell, cell.cell_contents) for i, cell in enumerate(fn.__closure__) if _cell_callable(cell))
-    return (fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, cells)
+    # a function of course's own files: its attributes too (``__signature__``, ``__wrapped__``, which
+    # ``inspect.signature`` follows); a library's functions are left alone (torch marks its own as it runs)
+    attrs = _tuple(_function_dict(fn).items()) if fn.__code__.co_filename.startswith(_COURSE_DIR) else None
+    return (fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, cells, attrs)
 
 
 def _immutable(cls) -> bool:
@@ -239,6 +249,46 @@ def _data_record(name, module) -> tuple:
     return _tuple(out)
 
 
+def _frozen(value) -> bool:
+    """A frozen dataclass instance (a ``Pipeline``, a ``ModelConfig``): only ``object.__setattr__``
+    changes its fields, in place, so the object stays the same and a check by identity misses it."""
+    if _isinstance(value, type):
+        return False
+    params = _type(value).__dict__.get("__dataclass_params__") if _hasattr(_type(value), "__dict__") else None
+    for klass in _type(value).__mro__[1:] if params is None else ():
+        params = klass.__dict__.get("__dataclass_params__")
+        if params is not None:
+            break
+    return params is not None and _getattr(params, "frozen", False) is True
+
+
+def _constants(values, seen: set) -> tuple:
+    """(instance, its fields) for each frozen dataclass instance among ``values`` and, in turn, among
+    their fields (a pipeline's model config), each once (``seen``: ids)."""
+    out, stack = [], list(values)
+    while stack:
+        value = stack.pop()
+        if _id(value) in seen or not _frozen(value):
+            continue
+        seen.add(_id(value))
+        items = _tuple(_object_getattribute(value, "__dict__").items())
+        out.append((value, items))
+        stack.extend(v for _, v in items)
+    return _tuple(out)
+
+
+def _sweep_constant(rec, fix, out) -> None:
+    value, want = rec
+    have = _object_getattribute(value, "__dict__")
+    if _len(have) != _len(want) or any(have.get(k, out) is not v for k, v in want):
+        out.append(f"a {_type(value).__name__}'s fields (changed in place)")
+        if fix:
+            for k in [k for k in have if k not in dict(want)]:
+                object.__delattr__(value, k)
+            for k, v in want:
+                object.__setattr__(value, k, v)
+
+
 def _sweep_data(rec, fix, out) -> None:
     label, container, items, fields = rec
     now = _tuple(container.items()) if _type(container) is dict else _tuple(container)
@@ -263,7 +313,7 @@ def _sweep_data(rec, fix, out) -> None:
 
 
 def _sweep_function(rec, fix, out, missing) -> None:
-    fn, code, defaults, kwdefaults, cells = rec
+    fn, code, defaults, kwdefaults, cells, attrs = rec
     where = f"{fn.__module__}.{fn.__qualname__}"
     if fn.__code__ is not code:
         out.append(f"{where}.__code__ (replaced)")
@@ -286,6 +336,13 @@ def _sweep_function(rec, fix, out, missing) -> None:
             out.append(f"{where} closure cell {i} (replaced)")
             if fix:
                 cell.cell_contents = value
+    if attrs is not None:
+        have = _function_dict(fn)
+        if _len(have) != _len(attrs) or any(have.get(k, missing) is not v for k, v in attrs):
+            out.append(f"{where}.__dict__ (its attributes changed)")
+            if fix:
+                have.clear()
+                have.update(attrs)
 
 
 def _sweep_hooks(rec, fix, out) -> None:
@@ -304,11 +361,14 @@ def _sweep_hooks(rec, fix, out) -> None:
 
 def _recorder():
     """``record``, ``sweep`` and ``recorded``, sharing records that no module attribute holds."""
-    modules_done, functions, hooks, data = [], [], [], []
+    modules_done, functions, hooks, data, constants = [], [], [], [], []
     names, seen_fn, seen_cls, hooked, passed, data_done = set(), set(), set(), set(), set(), set()
+    seen_const = set()
 
-    def record() -> int:
-        """Record every wanted, fully imported module not recorded yet; how many were new."""
+    def record(finished: str | None = None) -> int:
+        """Record every wanted, fully imported module not recorded yet; how many were new.
+        ``finished``: a module whose code has run to its end though its import has not returned yet
+        (an import hook calls this from its loader's ``exec_module``): it is recorded now too."""
         new = 0
         if _len(_modules) == _len(names) + _len(passed) and not (data_names() - data_done):
             return 0  # (a cheap test: sys.modules only grows, save a deleted entry)
@@ -318,18 +378,25 @@ def _recorder():
             if not _isinstance(module, _ModuleType) or not wanted(name):
                 passed.add(name)
                 continue
-            if _initializing(module):
+            if _initializing(module) and name != finished:
                 continue
             names.add(name)
             modules_done.append(_module_record(name, module, seen_fn, seen_cls, functions))
+            if name == "course" or name.startswith("course."):  # its module-level pipelines and configs
+                constants.extend(_constants(_tuple(module.__dict__.values()), seen_const))
         for name in sorted(names - data_done):  # data once its package has finished importing (the
             if not any(name == m or (m.endswith(".") and name.startswith(m)) for m in DATA_MODULES):
                 continue  # catalogue fills its registry as the package imports its families)
-            package = _modules.get(name.split(".")[0] + "." + name.split(".")[1]) if name.count(".") else None
-            if package is None or _initializing(package):
+            pname = name.split(".")[0] + "." + name.split(".")[1] if name.count(".") else None
+            package = _modules.get(pname) if pname else None
+            if package is None or (_initializing(package) and pname != finished):
                 continue
             data_done.add(name)
-            data.extend(_data_record(name, _modules[name]))
+            records = _data_record(name, _modules[name])
+            data.extend(records)
+            # and the pipelines and configs the catalogue's entries hold (a mystery set's base)
+            constants.extend(_constants(_tuple(v for *_, fields in records for _, items in fields
+                                               for _, v in items), seen_const))
             new += 1
         for module_name, attr in GLOBAL_HOOKS:
             owner = _modules.get(module_name)
@@ -353,6 +420,8 @@ def _recorder():
             _sweep_hooks(rec, fix, out)
         for rec in data:
             _sweep_data(rec, fix, out)
+        for rec in constants:
+            _sweep_constant(rec, fix, out)
         return out
 
     def recorded() -> tuple:
@@ -362,8 +431,9 @@ def _recorder():
 
 record, _sweep, recorded = _recorder()
 record.__doc__ = """Record every module of ``MODULES`` that is fully imported now and not recorded yet (a
-module still being imported is left for later: its code is not all there); return how many. Call
-it before learner code can have changed what it records."""
+module still being imported is left for later: its code is not all there), and the module named
+``finished`` (an import hook's, whose code has just run to its end); return how many. Call it
+before learner code can have changed what it records."""
 recorded.__doc__ = """The names of the modules recorded so far."""
 
 
