@@ -277,16 +277,21 @@ def _constants(values, seen: set) -> tuple:
     return _tuple(out)
 
 
-def _sweep_constant(rec, fix, out) -> None:
-    value, want = rec
+def _put_back_fields(value, want, what, fix, out) -> None:
+    """Name (``what``; with ``fix``, put back) the fields of ``value`` that differ from ``want``."""
     have = _object_getattribute(value, "__dict__")
     if _len(have) != _len(want) or any(have.get(k, out) is not v for k, v in want):
-        out.append(f"a {_type(value).__name__}'s fields (changed in place)")
+        out.append(what)
         if fix:
             for k in [k for k in have if k not in dict(want)]:
                 object.__delattr__(value, k)
             for k, v in want:
                 object.__setattr__(value, k, v)
+
+
+def _sweep_constant(rec, fix, out) -> None:
+    value, want = rec
+    _put_back_fields(value, want, f"a {_type(value).__name__}'s fields (changed in place)", fix, out)
 
 
 def _sweep_data(rec, fix, out) -> None:
@@ -302,14 +307,7 @@ def _sweep_data(rec, fix, out) -> None:
             else:
                 container[:] = items
     for member, want in fields:
-        have = member.__dict__
-        if _len(have) != _len(want) or any(have.get(k, out) is not v for k, v in want):
-            out.append(f"{label}: a {_type(member).__name__}'s fields (changed)")
-            if fix:
-                for k in [k for k in have if k not in dict(want)]:
-                    object.__delattr__(member, k)
-                for k, v in want:
-                    object.__setattr__(member, k, v)
+        _put_back_fields(member, want, f"{label}: a {_type(member).__name__}'s fields (changed)", fix, out)
 
 
 def _sweep_function(rec, fix, out, missing) -> None:
