@@ -254,12 +254,16 @@ def _frozen(value) -> bool:
     changes its fields, in place, so the object stays the same and a check by identity misses it."""
     if _isinstance(value, type):
         return False
-    params = _type(value).__dict__.get("__dataclass_params__") if _hasattr(_type(value), "__dict__") else None
-    for klass in _type(value).__mro__[1:] if params is None else ():
+    for klass in _type(value).__mro__:  # read from the classes' dicts: no class attribute hook runs
         params = klass.__dict__.get("__dataclass_params__")
         if params is not None:
-            break
-    return params is not None and _getattr(params, "frozen", False) is True
+            if _getattr(params, "frozen", False) is not True:
+                return False
+            try:  # a slotted one has no __dict__ (object.__getattribute__: no __getattr__ runs)
+                return _isinstance(_object_getattribute(value, "__dict__"), dict)
+            except AttributeError:
+                return False
+    return False
 
 
 def _constants(values, seen: set) -> tuple:
