@@ -46,7 +46,7 @@ print("launcher running:", launcher.alive())
 # A job starts. We look at it the way a dashboard does, once every 0.2 s for 2 s: the last step each
 # rank finished. Every wait below has a deadline: nothing in this notebook waits on a rank without one.
 
-# %%
+# %% tags=["demo"]
 job = hangs.draw(7)  # a job; what (if anything) is wrong with it is the question
 print(job)
 rows = []
@@ -58,7 +58,7 @@ print("last finished step per rank after 2 s:", rows[-1], "| changed during the 
 # %% [markdown]
 # No rank has failed and none has exited: the status says so per rank.
 
-# %%
+# %% tags=["demo"]
 from torch.distributed.constants import default_pg_timeout
 
 for r in job.status():
@@ -70,10 +70,10 @@ print("PyTorch's default process-group timeout:", default_pg_timeout)
 # own is printed above). If we wait another 2 s with a deadline, does the job finish, fail with an
 # error, or neither? Write `"finish"`, `"error"` or `"neither"`.
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: "finish", "error" or "neither"
 
-# %%
+# %% tags=["demo"]
 try:
     job.join(2.0)
     outcome = "finish"
@@ -87,14 +87,14 @@ reveal("after 2 more seconds", prediction, outcome)
 # Neither: a hang gives no error until a timeout fires, and `join` raised `Hung` at its own deadline
 # instead of waiting forever. Its message is the clear failure a stuck cell should give:
 
-# %%
+# %% tags=["demo"]
 print(message)
 
 # %% [markdown]
 # Beside it, a healthy job of the same size (the negative control for every check that follows):
 # it finishes, and its ranks finish every step.
 
-# %%
+# %% tags=["demo"]
 control = hangs.start("healthy", seed=7)
 control.join(30)
 print(control, [r["step"] for r in control.status()], "finished:", control.finished())
@@ -103,7 +103,7 @@ print(control, [r["step"] for r in control.status()], "finished:", control.finis
 # Progress over wall time, per rank, for both: each point is a step a rank finished. The stuck
 # job's ranks stop together; the dashed line marks the last step any rank finished.
 
-# %%
+# %% tags=["demo"]
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for name, j, style in (("healthy", control, "-"), ("stuck", job, "--")):
     for rank, points in enumerate(j.timeline()):
@@ -140,7 +140,7 @@ plt.show()
 # never reach the barrier would under hypothesis 2) can show either flag from one dump to the next, so
 # read where each rank waits, not that flag.
 
-# %%
+# %% tags=["demo"]
 stacks = job.stacks()
 for rank, text in enumerate(stacks):
     print(f"--- rank {rank}\n{hangs.brief(text)}")
@@ -148,10 +148,10 @@ for rank, text in enumerate(stacks):
 # %% [markdown]
 # **Predict.** Which hypothesis do these stacks fit: 1, 2 or 3?
 
-# %%
+# %% tags=["demo"]
 prediction = None  # your guess: 1, 2 or 3
 
-# %%
+# %% tags=["demo"]
 in_collective = {rank: ("all_reduce" if "all_reduce (torch/distributed" in s else "barrier" if "barrier (torch/distributed" in s else "none")
                  for rank, s in enumerate(stacks)}
 reveal("where each rank waits", prediction, in_collective)
@@ -161,7 +161,7 @@ reveal("where each rank waits", prediction, in_collective)
 # `all_reduce`; the others are already in the final `barrier`. The control: the healthy job has no stack
 # to show (its ranks exited), and it finished every collective it issued.
 
-# %%
+# %% tags=["demo"]
 print([hangs.brief(s) for s in control.stacks()])
 
 # %% [markdown]
@@ -171,7 +171,7 @@ print([hangs.brief(s) for s in control.stacks()])
 # reads both formats). It works without ptrace permission, but only in a process that set it up
 # before it got stuck.
 
-# %%
+# %% tags=["demo"]
 print(hangs.brief(job.stacks("faulthandler")[2]))
 
 # %% [markdown]
@@ -179,7 +179,7 @@ print(hangs.brief(job.stacks("faulthandler")[2]))
 # writes every thread's stack if the rank finishes no step for `t` seconds, with no one asking (what
 # you want in a job nobody is watching). `hangs.start(..., watchdog_s=1)` arms it in every rank:
 
-# %%
+# %% tags=["demo"]
 watched = hangs.start("collective-skipped", seed=7, watchdog_s=1.0)
 time.sleep(2.0)
 for rank, dump in enumerate(watched.watchdog()):
@@ -193,7 +193,7 @@ watched.close()
 # each rank's sequence is a prefix of the longest one; `hangs.agree` returns the first position
 # where they differ.
 
-# %%
+# %% tags=["demo"]
 sequences = job.collectives()
 first = hangs.agree(sequences)
 print("first disagreement at position", first, "->", [s[first] if first < len(s) else None for s in sequences])
@@ -204,7 +204,7 @@ print("healthy control:", hangs.agree(control.collectives()), "(None: they agree
 # they skipped the step's `all_reduce`. The settings say why they could: the last global batch holds
 # fewer examples than there are ranks, so a rank's shard (its stride of the batch) can be empty.
 
-# %%
+# %% tags=["demo"]
 last = job.n_examples % job.batch_size
 print(f"{job.n_examples} examples in batches of {job.batch_size}: the last batch holds {last} "
       f"example{'s' * (last != 1)} for {job.world} ranks")
@@ -217,7 +217,7 @@ print(f"{job.n_examples} examples in batches of {job.batch_size}: the last batch
 # one that says which collective, at which step, on which rank. gloo's own message (cut off below) says
 # only that a send or a receive timed out, or that a peer closed its connection.
 
-# %%
+# %% tags=["demo"]
 timed = hangs.start("collective-skipped", seed=7, timeout_s=2)
 end = time.monotonic() + 20  # a deadline on this wait too
 while not all(r["exited"] for r in timed.status()) and time.monotonic() < end:
@@ -231,7 +231,7 @@ timed.close()
 # it fails healthy jobs that are merely slow (a long checkpoint, a slow first step). Set it above the
 # slowest healthy wait, and dump the stacks before the job is killed.
 
-# %%
+# %% tags=["demo"]
 job.close()
 control.close()
 
