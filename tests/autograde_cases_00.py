@@ -1,7 +1,7 @@
 """Targeted submissions for 00_start_here (see tests/autograde_cases.py for the format).
 
-Listed by exercise: every alternative correct answer, then the wrong ones (``autograder.grading.pack``
-groups cases on different exercises into shared submissions). A wrong
+Listed in the order ``autograder.grading.pack`` groups them (five submissions): first every
+alternative correct answer, then one wrong answer per exercise in each later group. A wrong
 ``name_cause`` also costs ``test_fix`` and ``test_diagnosis_record``: the reference fix and record
 are built on ``name_cause``, as a learner's would be.
 """
