@@ -1,4 +1,5 @@
 """course.exercises.grading: what a test cell relies on to grade work and not typing."""
+import functools
 import warnings
 
 import pytest
@@ -106,3 +107,32 @@ def test_reveal_prints_the_prediction_beside_the_measurement(capsys):
     reveal("loss at init", 2.5, 2.89)
     out = capsys.readouterr().out
     assert "blank" in out and "you predicted: 2.5" in out and out.count("measured:      2.89") == 2
+
+
+def _wrapped_here(x):
+    return x + 2
+
+
+_wrapper_here = functools.wraps(_wrapped_here)(lambda x: _wrapped_here(x))
+
+
+def test_switched_off_also_stops_the_course_function_a_wrapper_wraps():
+    """``torch.no_grad()`` and ``functools.wraps`` keep the wrapped function under ``__wrapped__``:
+    switching off ``generate`` must stop ``generate.__wrapped__`` too (red team 14), and put both back."""
+    from course.reference import parts
+    inner = parts.generate.__wrapped__
+    with switched_off(parts.generate):
+        with pytest.raises(SwitchedOff, match="course.reference.parts.generate is switched off"):
+            parts.generate.__wrapped__(None, None, 1)
+    assert parts.generate.__wrapped__ is inner
+    with pytest.raises(AttributeError):  # running again: None is no model
+        inner(None, None, 1)
+
+
+def test_switched_off_leaves_a_wrapped_function_outside_course_on():
+    """Only functions of ``course`` are followed: a wrapper of another module's function stops, the
+    function it wraps stays on (here, this test module's)."""
+    with switched_off(_wrapper_here):
+        with pytest.raises(SwitchedOff):
+            _wrapper_here(1)
+        assert _wrapped_here(1) == 3

@@ -262,6 +262,18 @@ def test_a_switched_off_function_and_its_private_helpers_stay_off():
     assert helper.__code__.co_name == name  # the kernel's own copy is untouched
 
 
+def test_a_switched_off_wrapper_stops_the_course_function_it_wraps_apart():
+    """In a graded call's process too, ``generate.__wrapped__`` (the function ``torch.no_grad()``
+    wraps) is off with ``generate`` (red team 14). Control: the kernel's copy runs (and fails on None)."""
+    from course.reference import parts
+    out = run_apart(lambda case: parts.generate.__wrapped__(None, None, 1), [()], lambda case, v: v,
+                    off=[parts.generate])
+    with pytest.raises(SwitchedOff):
+        out[0].get()
+    with pytest.raises(AttributeError):
+        parts.generate.__wrapped__(None, None, 1)
+
+
 def test_a_graded_call_cannot_read_the_tests_secret():
     """The grader's secret of the running test is in ``course.toolkit.salts`` while the test runs; the
     hidden draws were mixed with it in the kernel, so the graded call's process empties the box before

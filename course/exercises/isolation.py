@@ -481,9 +481,9 @@ def _switch_off_for_good(functions: Sequence[Callable]) -> None:
     """In a graded call's process: ``functions`` raise ``SwitchedOff`` for everyone; their private
     helpers and copies (``private_helpers``) answer only the package's own code (a check that an
     allowed tool uses keeps working for the tool, not for the notebook)."""
-    from ..toolkit.guards import _function, _raiser
+    from ..toolkit.guards import _functions, _raiser
 
-    fns = [_function(f) for f in functions]
+    fns = _functions(functions)  # with the functions of course they wrap (``__wrapped__``)
     for fn in private_helpers(fns):
         original = _FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         original.__kwdefaults__ = fn.__kwdefaults__

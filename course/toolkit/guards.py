@@ -65,12 +65,33 @@ def _function(obj) -> types.FunctionType:
     return fn
 
 
+def _functions(objs) -> list[types.FunctionType]:
+    """Each of ``objs`` as ``_function`` gives it, followed by the functions of ``course`` it wraps:
+    ``functools.wraps`` and ``torch.no_grad()`` leave the wrapped function under ``__wrapped__``, and
+    switching off the wrapper alone left it one attribute away (red team 14: a generator that called
+    ``course.reference.parts.generate.__wrapped__`` ran while ``generate`` was switched off). The
+    attribute is read from the function's own ``__dict__`` and followed only to a plain function whose
+    module is one of ``course`` (a library function a course function wraps stays on)."""
+    out: list[types.FunctionType] = []
+    for obj in objs:
+        fn = _function(obj)
+        while all(fn is not seen for seen in out):
+            out.append(fn)
+            inner = fn.__dict__.get("__wrapped__")
+            if type(inner) is not types.FunctionType or \
+                    not str(inner.__globals__.get("__name__", "")).startswith("course"):
+                break
+            fn = inner
+    return out
+
+
 @contextmanager
 def switched_off(*functions: Callable):
     """Inside the block, each of ``functions`` (module functions or methods of a class) raises
     ``SwitchedOff`` when called, however it is reached: through its module, its class, or a
-    reference saved earlier. Restored on exit, also after an error."""
-    fns = [_function(f) for f in functions]
+    reference saved earlier, and so does every function of ``course`` it wraps (``_functions``).
+    Restored on exit, also after an error."""
+    fns = _functions(functions)
     saved = [(fn, fn.__code__) for fn in fns]
     try:
         for fn in fns:
