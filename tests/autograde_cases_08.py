@@ -196,6 +196,49 @@ def fix(pipe):
     return pipe.replace(generate=my_generate)
 """
 
+# Degenerate, one attribute away (red team 14): the function torch.no_grad() wraps in the package's
+# generator; switched off with it (course.toolkit.guards._functions).
+_GEN_UNWRAPS = _GEN_DELEGATES.replace("G.generate(*args", "G.generate.__wrapped__(*args")
+assert _GEN_UNWRAPS != _GEN_DELEGATES
+
+# Degenerate (red team 14): the package's copy of the generator that the bugs are made from, with the
+# flaw that is harmless at temperature 1, driven through a module that only rescales the logits; it
+# never calls the switched-off sampler. Scored 3/3 while the copy was on; the test switches it off.
+_GEN_BROKEN_COPY = """import torch.nn.functional as F
+from course.bugs.generation import _BrokenGenerate
+_engine = _BrokenGenerate("temperature-after-softmax")
+
+
+class _Lens(torch.nn.Module):
+    def __init__(self, model, temperature, greedy):
+        super().__init__()
+        self.inner, self.t, self.greedy, self.cfg, self.seen = model, temperature, greedy, model.cfg, []
+
+    def new_cache(self):
+        return self.inner.new_cache()
+
+    def forward(self, ids, caches=None, start=0):
+        out = self.inner(ids, caches, start=start)
+        self.seen.append(out[:, -1])
+        if self.greedy:
+            return torch.full_like(out, float("-inf")).scatter(-1, out.argmax(-1, keepdim=True), 0.0)
+        return out / self.t
+
+
+@torch.no_grad()
+def my_generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, greedy=False, seed=0,
+                eos_id=None, return_logits=False):
+    lens = _Lens(model, temperature, greedy)
+    r = _engine(lens, prompt, max_new_tokens, temperature=1.0, top_k=None if greedy else top_k, greedy=False,
+                seed=seed, eos_id=eos_id, return_logits=return_logits)
+    if return_logits:
+        return r[0], torch.stack(lens.seen[: r[1].shape[1]], dim=1)
+    return r
+
+
+def fix(pipe):
+    return pipe.replace(generate=my_generate)
+"""
 
 # Realistic wrong: the Gumbel generator without the hold: it stops when every row has emitted EOS,
 # but a row that has goes on generating ordinary tokens after it.
@@ -219,4 +262,6 @@ CASES = [
     Case(A, "generate_without_cache", {"my_generate": _GEN_NO_CACHE}, {FIX}),
     Case(A, "generate_forgets_start", {"my_generate": _GEN_NO_START}, {FIX}),
     Case(A, "generate_delegates", {"my_generate": _GEN_DELEGATES}, {FIX}),
+    Case(A, "generate_unwraps", {"my_generate": _GEN_UNWRAPS}, {FIX}),
+    Case(A, "generate_broken_copy", {"my_generate": _GEN_BROKEN_COPY}, {FIX}),
 ]

@@ -674,8 +674,10 @@ from course import ModelConfig as _MC, Pipeline as _Pipeline
 _mbase = _Pipeline().replace(n_symbols=8, seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
                              n_train=4096, n_val=256, batch_size=32, steps=300, lr=3e-2, warmup=10)
 
+from course.bugs import generation as _bugs
 _OFF = (_G.generate, _G.sample_next, _G.greedy_recompute, _G.consistency_problems, _G.cache_gap,
-        _G.recompute_logits, _G.future_perturbation, _G.sampler_error, _G.generator_problems)
+        _G.recompute_logits, _G.future_perturbation, _G.sampler_error, _G.generator_problems,
+        _bugs._BrokenGenerate.__call__)
 _gpipe = _mbase.replace(language_seed=31, steps=150)
 _glang = _gpipe.language()
 _gmodel = _train(_gpipe, seed=4, eval_every=0).model  # one small training, a few seconds
