@@ -6,8 +6,8 @@ one submission are graded as "pack_<names>", another id and so another draw. So 
 chosen so that its draw has the same bug as the draw of "solution" (resume: data-cursor-reset):
 ``capstone._choice(f"{stem}_{i}")[:2] == capstone._choice("solution")[:2]`` for the first such i,
 searched from 1 (``_same_bug`` below checks it at import). Each case also types its id into MY_NAME,
-as a learner would. Each alone case costs one notebook execution, so there are nine, each testing
-something different.
+as a learner would. Each alone case costs one notebook execution, so there are ten, each testing
+something different; the last draws another family (see its comment).
 """
 from autograder.grading import Case
 from course.exercises import capstone
@@ -137,6 +137,42 @@ _SHOW_COMPARE = """def detect(pipe):
     return seen(pipe) != seen(capstone.healthy_twin(pipe))
 """
 
+# Work-free (red team 14): notebook 02's check of a fixed pipeline, ``finite_and_falling``, decides the
+# detector and is the oracle of a fix that swaps each part for its default until the check is quiet.
+# It told every bug of two families (no-updates, non-finite) from their healthy draws and was not
+# switched off: 11/11 against 3/11 for the same notebook with the family's own (switched-off)
+# symptom. Graded under a name that draws non-finite (loss-scaled-in-fp16, a name the notebook's
+# own printouts never show: the feedback test looks for drawn bugs' names); now in
+# capstone.PACKAGE_CHECKS, it raises.
+_FINITE_ORACLE = {"diagnosis": _WRONG_FAMILY.replace('"late-spike"', '"non-finite"'),
+                  "detect": """from course.reference.diagnose import finite_and_falling as _check
+
+def detect(pipe):
+    return _check(pipe) is not None
+""",
+                  "fix": """import dataclasses as _dc
+from course import Pipeline as _Pipeline
+from course.reference.pipeline import PARTS as _PARTS
+
+_REFERENCE = {f.name: f.default for f in _dc.fields(_Pipeline) if f.name in _PARTS}
+
+
+def fix(pipe):
+    if _check(pipe) is None:
+        return pipe
+    for field, ref in _REFERENCE.items():
+        if ref is None or getattr(pipe, field) is ref:
+            continue
+        try:
+            if _check(pipe.replace(**{field: ref})) is None:
+                return pipe.replace(**{field: ref})
+        except Exception:
+            pass
+    return pipe
+"""}
+_FINITE_ORACLE_ID = "cap_finite_oracle_13"
+assert capstone._choice(_FINITE_ORACLE_ID)[:2] == ("non-finite", "loss-scaled-in-fp16")
+
 _ALT, _ALWAYS_ID, _NEVER_ID = _same_bug("cap_alt_detect_49"), _same_bug("cap_always_fires_5"), _same_bug("cap_never_fires_25")
 _FRESH_ID, _NAIVE_ID, _FAMILY_ID = _same_bug("cap_fresh_pipeline_96"), _same_bug("cap_wrong_fix_6"), _same_bug("cap_wrong_family_18")
 _DELEGATES_ID = _same_bug("cap_delegates_83")
@@ -163,4 +199,6 @@ CASES = [
          alone=True),
     Case(A, _SHOW_ID, {"my_name": _name(_SHOW_ID), "detect": _SHOW_COMPARE}, expect_lost={DIAG_H, DETECT, DETECT_H},
          alone=True),
+    Case(A, _FINITE_ORACLE_ID, {"my_name": _name(_FINITE_ORACLE_ID), **_FINITE_ORACLE},
+         expect_lost={DIAG_H, DETECT, DETECT_H, FIX, FIX_H}, alone=True),
 ]

@@ -552,11 +552,12 @@ SWITCHED_OFF = (answer_family, family_of, reference_fix, summary_row, draw_for, 
 def _package_checks() -> tuple:
     from ..toolkit import baselines, checks, nonfinite, preflight
     from ..reference import checkpoint, diagnose
-    from ..lessons import generate, harness, replay, throughput, valgap
+    from ..lessons import amp, generate, harness, instability, replay, throughput, valgap
     from ..toolkit.alerts import AlertPolicy
 
     return tuple(f.symptom for f in FAMILIES.values()) + tuple(dict.fromkeys(f.show for f in FAMILIES.values())) + (show,) + (
-        diagnose.held_out_symptom, checks.check_batch, checks.update_report, checks.position_sensitivity,
+        diagnose.held_out_symptom, diagnose.finite_and_falling, diagnose.training_moves, amp.overflow_problems,
+        instability.problems, checks.check_batch, checks.update_report, checks.position_sensitivity,
         checks.past_sensitivity, checks.future_sensitivity, diagnose.locate, nonfinite.first_nonfinite,
         preflight.preflight, diagnose.preflight_pipeline, replay.spike_symptom, replay.spike_alerts,
         AlertPolicy.observe, valgap.problems, valgap.eval_path_check, throughput.problems, throughput.regressions,
