@@ -85,6 +85,13 @@ _PLAN_DEFAULT = """def plan_shards(n_examples, batch_size, world):
     return hangs.default_shards(n_examples, batch_size, world)
 """
 
+# Work-free (red team 14): one example per rank per step, wrapping around; no short batch found or
+# merged. It ends the hang and uses every example, but trains on batches of 3: the fix must keep the
+# batch size (hangs.shard_problems). Scored 3/3 before that rule.
+_PLAN_ROUND_ROBIN = """def plan_shards(n_examples, batch_size, world):
+    return [[[(k + r) % n_examples] for r in range(world)] for k in range(0, n_examples, world)]
+"""
+
 CASES = [
     Case(A, "alt_detect_join", {"detect": _DETECT_JOIN}, set()),
     Case(A, "wrong_detect_sequences", {"detect": _DETECT_SEQUENCES}, DETECT),
@@ -96,4 +103,5 @@ CASES = [
     Case(A, "alt_plan_pad", {"plan_shards": _PLAN_PAD}, set()),
     Case(A, "wrong_plan_drop_last", {"plan_shards": _PLAN_DROP}, PLAN),
     Case(A, "free_plan_default", {"plan_shards": _PLAN_DEFAULT}, PLAN),
+    Case(A, "free_plan_round_robin", {"plan_shards": _PLAN_ROUND_ROBIN}, PLAN),
 ]

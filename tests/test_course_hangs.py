@@ -198,6 +198,22 @@ def test_shard_problems_flags_the_default_plan_and_accepts_a_merged_last_batch()
     assert any("never used" in p for p in hangs.shard_problems(dropped, n, batch, world))
 
 
+def test_shard_problems_wants_the_batch_size_kept_and_accepts_a_padded_last_batch():
+    """One example per rank per step (red team 14) has no empty shard and uses every example once, but
+    trains on batches of ``world``, not ``batch_size``: refused. Padding the short last batch with
+    repeated examples (as DistributedSampler does) keeps every other step whole: accepted."""
+    n, batch, world = 31, 6, 3
+    round_robin = [[[(k + r) % n] for r in range(world)] for k in range(0, n, world)]
+    found = hangs.shard_problems(round_robin, n, batch, world)
+    assert any("keeps the batch size" in p for p in found), found
+    assert not any("empty" in p or "never used" in p or "more than twice" in p for p in found), found
+    ids = list(range(n))
+    steps = [ids[i:i + batch] for i in range(0, n, batch)]
+    steps[-1] = steps[-1] + ids[:world - len(steps[-1])]
+    padded = [[s[r::world] for r in range(world)] for s in steps]
+    assert hangs.shard_problems(padded, n, batch, world) == []
+
+
 def test_a_merged_plan_fixes_the_skipped_collective(no_orphans):
     job0 = no_orphans.start("collective-skipped", seed=5)
     n, batch, world = job0.n_examples, job0.batch_size, job0.world

@@ -804,8 +804,10 @@ def within_budget(detect: Callable[[Job], object], slack_s: float = 3.0) -> Call
 
 def shard_problems(shards, n_examples: int, batch_size: int, world: int) -> list[str]:
     """What is wrong with a shard plan (``[step][rank] -> ids``) as a fix of an uneven last batch:
-    an empty shard, an example never used or used more than twice, a step with more than
-    ``batch_size + world`` examples, ids outside ``range(n_examples)`` or not ints. [] when none."""
+    an empty shard, an example never used or used more than twice, a step other than the last that
+    does not hold ``batch_size`` examples (the fix keeps the batch size: a plan of a few examples per
+    step passed the other rules while changing how the job trains; red team 14), a step with more
+    than ``batch_size + world`` examples, ids outside ``range(n_examples)`` or not ints. [] when none."""
     problems = []
     if not isinstance(shards, (list, tuple)) or not shards:
         return ["the plan must be a non-empty list of steps"]
@@ -824,6 +826,9 @@ def shard_problems(shards, n_examples: int, batch_size: int, world: int) -> list
                 counts[i] += 1
         if total > batch_size + world:
             problems.append(f"step {step}: {total} examples, more than batch_size + world = {batch_size + world}")
+        elif step < len(shards) - 1 and total != batch_size:
+            problems.append(f"step {step}: {total} examples; every step but the last keeps the batch size "
+                            f"({batch_size})")
     never = [i for i, c in enumerate(counts) if c == 0]
     twice = [i for i, c in enumerate(counts) if c > 2]
     if never:

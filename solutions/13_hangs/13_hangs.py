@@ -423,7 +423,9 @@ with _hangs.Batch() as _jobs:
 # * every example is trained on at least once and none more than twice (what was not broken is kept:
 #   the job still sees all its data; padding by repeating a few examples is allowed, as
 #   `DistributedSampler` does),
-# * no step holds more than `batch_size + world` examples.
+# * every step but the last holds `batch_size` examples, and none holds more than `batch_size + world`
+#   (the job keeps its batch size: a plan of a few examples per step would also end the hang, and
+#   change how the job trains).
 #
 # Graded by running the job that hangs with your plan on fresh settings and seeds: it must finish, and
 # the ids its ranks trained on must satisfy the list above.
