@@ -196,11 +196,6 @@ def fix(pipe):
     return pipe.replace(generate=my_generate)
 """
 
-# Degenerate, one attribute away (red team 14): the function torch.no_grad() wraps in the package's
-# generator; switched off with it (course.toolkit.guards._functions).
-_GEN_UNWRAPS = _GEN_DELEGATES.replace("G.generate(*args", "G.generate.__wrapped__(*args")
-assert _GEN_UNWRAPS != _GEN_DELEGATES
-
 # Degenerate (red team 14): the package's copy of the generator that the bugs are made from, with the
 # flaw that is harmless at temperature 1, driven through a module that only rescales the logits; it
 # never calls the switched-off sampler. Scored 3/3 while the copy was on; the test switches it off.
@@ -262,6 +257,5 @@ CASES = [
     Case(A, "generate_without_cache", {"my_generate": _GEN_NO_CACHE}, {FIX}),
     Case(A, "generate_forgets_start", {"my_generate": _GEN_NO_START}, {FIX}),
     Case(A, "generate_delegates", {"my_generate": _GEN_DELEGATES}, {FIX}),
-    Case(A, "generate_unwraps", {"my_generate": _GEN_UNWRAPS}, {FIX}),
     Case(A, "generate_broken_copy", {"my_generate": _GEN_BROKEN_COPY}, {FIX}),
 ]
