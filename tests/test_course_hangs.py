@@ -77,6 +77,9 @@ def test_a_healthy_job_finishes_and_its_ranks_agree(no_orphans):
     seen = sorted(i for rank in job.examples_seen() for i in rank)
     assert seen == list(range(job.n_examples)), "a healthy job trains on every example once"
     assert all("exited" in s for s in job.stacks()), "a finished rank has no stack to dump"
+    times = [t for rank in job.timeline() for t, _ in rank]
+    assert times and 0 <= min(times) and max(times) < 30, \
+        f"timeline gives seconds since the job's first event, not clock times: {min(times)}..{max(times)}"
 
 
 def test_a_skipped_collective_hangs_and_the_sequences_disagree(no_orphans):

@@ -1,6 +1,6 @@
 """Training jobs that hang, on real gloo ranks, and a handle to look inside a running one.
 
-A *job* is ``world`` (2 or 3) ranks, real ``torch.distributed`` processes (gloo over TCP on
+A *job* is ``world`` (3) ranks, real ``torch.distributed`` processes (gloo over TCP on
 127.0.0.1), training one linear model data-parallel: per step each rank takes its shard of the
 global batch from a data-loading worker (a thread and a queue, as a DataLoader's prefetching does),
 computes its gradient, all-reduces ``[gradient, example count, loss]`` (one collective), steps;
@@ -162,7 +162,7 @@ class _Collectives:
 
 
 class _Loader:
-    """A data-loading worker: a thread that reads each step's shard into a queue, one step ahead.
+    """A data-loading worker: a thread that reads each step's shard into a queue that holds two.
     It holds ``lock`` while it reads; ``_tally`` (its bookkeeping) takes the lock too."""
 
     def __init__(self, shard_ids: list[list[int]], data, relock_step: int):
@@ -198,7 +198,7 @@ def _wait_for_checkpoint(path: str) -> None:
 
 
 def _checkpoint(rank: int, step: int, folder: str, model, coll: _Collectives, late_write: bool) -> None:
-    """Rank 0 writes the model, the others read it back, and all meet at a barrier."""
+    """Rank 0 writes the model, the others wait until its file exists, and all meet at a barrier."""
     import torch
     path = os.path.join(folder, f"ckpt-{step}.pt")
     if rank == 0:
@@ -621,7 +621,8 @@ class Job:
     def timeline(self) -> list[list[tuple[float, int]]]:
         """Per rank, ``(seconds since the first event of any rank, step)`` for every finished step."""
         events = _request(self.address, {"op": "events", "job": self.token})["events"]
-        times = [float(e[2]) for rank in events for e in rank if e[0] in "PC"]
+        # a step's line is ("P", step, time, ids); a collective's ("C", name, step, time)
+        times = [float(e[2] if e[0] == "P" else e[3]) for rank in events for e in rank if e[0] in "PC"]
         t0 = min(times) if times else 0.0
         return [[(float(e[2]) - t0, int(e[1])) for e in rank if e[0] == "P"] for rank in events]
 
@@ -633,8 +634,8 @@ class Job:
     def stacks(self, how: str = "py-spy") -> list[str]:
         """Every rank's stack, all threads: ``how="py-spy"`` runs ``py-spy dump --pid`` on each rank
         (no locals); ``how="faulthandler"`` sends each rank ``SIGUSR1``, whose ``faulthandler``
-        handler writes the dump (CPython's own format, innermost call first... last). A rank that
-        exited says so instead. Takes up to a second per rank."""
+        handler writes the dump (CPython's own format, the innermost call first). A rank that
+        exited says so instead. py-spy has up to 15 s per rank, faulthandler up to 5 s."""
         if how not in ("py-spy", "faulthandler"):
             raise ValueError("how is 'py-spy' or 'faulthandler'")
         return _request(self.address, {"op": "stacks", "job": self.token, "how": how}, timeout_s=60)["stacks"]

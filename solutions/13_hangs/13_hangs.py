@@ -70,7 +70,7 @@ print("PyTorch's default process-group timeout:", default_pg_timeout)
 # own is printed above). If we wait another 2 s with a deadline, does the job finish, fail with an
 # error, or neither? Write `"finish"`, `"error"` or `"neither"`.
 
-# %% tags=["demo"]
+# %%
 prediction = None  # your guess: "finish", "error" or "neither"
 
 # %% tags=["demo"]
@@ -101,7 +101,7 @@ print(control, [r["step"] for r in control.status()], "finished:", control.finis
 
 # %% [markdown]
 # Progress over wall time, per rank, for both: each point is a step a rank finished. The stuck
-# job's ranks stop together; the dashed line marks the last step any rank finished.
+# job's ranks stop together; the red dotted line marks the last step any of its ranks finished.
 
 # %% tags=["demo"]
 fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -148,7 +148,7 @@ for rank, text in enumerate(stacks):
 # %% [markdown]
 # **Predict.** Which hypothesis do these stacks fit: 1, 2 or 3?
 
-# %% tags=["demo"]
+# %%
 prediction = None  # your guess: 1, 2 or 3
 
 # %% tags=["demo"]
@@ -238,7 +238,7 @@ control.close()
 # %% [markdown]
 # ## The other two hangs, and an explorer
 #
-# The explorer below shows, for a healthy job and one job of each hang, the evidence of the three tests:
+# The explorer below shows, for a healthy job and one job of each hang, the evidence of the tests above:
 # progress, the last collective each rank issued, and each rank's stack. Compare where the ranks
 # wait. Its text form (shown where widgets do not run) lists all four.
 
@@ -258,7 +258,8 @@ with hangs.Batch() as shown:
         steps = [r["step"] for r in j.status()]
         last = [s[-1] if s else None for s in j.collectives()]
         where = [hangs.brief(s, keep=2) for s in j.stacks()]
-        evidence[kind] = (f"{kind}: steps finished {steps} of {j.steps}; last collective issued {last}\n"
+        evidence[kind] = (f"{kind}: last step finished per rank {steps} (steps 0 to {j.steps - 1}); "
+                          f"last collective issued {last}\n"
                           + "\n".join(f"  rank {r}: " + w.replace("\n", "\n    ") for r, w in enumerate(where)))
 choice, view = widgets.Dropdown(options=list(evidence), description="job"), widgets.Output()
 
@@ -275,7 +276,8 @@ with_text(widgets.VBox([choice, view]), lambda: "\n\n".join(evidence.values()))
 # * **Barrier never reached**: rank 0 waits in the checkpoint's `barrier`; the others wait in
 #   `_wait_for_checkpoint` for a file rank 0 writes only after the barrier. No collective differs: the
 #   polling ranks are outside any collective.
-# * **Loader deadlock**: one rank's main thread waits in `Queue.get`, and its `data-worker` thread in
+# * **Loader deadlock**: one rank's main thread waits in `_Loader.next_batch` for a batch (in the queue's `get`, below the
+#   frames `brief` keeps), and its `data-worker` thread in
 #   `_tally`, on the lock the worker itself holds; the others wait in the step's `all_reduce`.
 # * **Healthy**: every rank exited; nothing to dump.
 
@@ -299,7 +301,8 @@ print(f"draw one with hangs.draw(seed), seed in {MYSTERY_SEEDS}; close each job 
 #   (`job.join(timeout)`, or poll `job.status()`).
 # * **The noise.** A healthy job finishes all its steps in well under a second on an idle laptop, and
 #   a step takes milliseconds; on a busy machine a healthy rank can pause for a few tenths of a second.
-#   A hung job stops within its first few steps... or at its last one.
+#   A hung job stops at a step that depends on the hang and the draw (a skipped collective at the last
+#   step, the other two anywhere before it) and finishes no step after it.
 # * Graded by mutation: quiet on healthy jobs, firing on hung ones, including jobs with other settings
 #   and seeds you have not seen. Return a `bool`. Do not close the job (the grader does).
 
