@@ -486,8 +486,8 @@ for name, p in mysteries.items():
 # perturbation of Test 1 is about 1e+1 trained and 3e-2 untrained against 0, and the broken sampler's
 # max error in Test 3 is about 20 times the healthy one's (the ratio is printed there), some 7 times
 # the threshold. Graded like a test
-# suite: quiet on every healthy draw, firing on every broken one, including bugs of this family you
-# have not seen and draws with other seeds. `course.exercises.mystery.reveal`, `draw`, `make`, `touched`, and
+# suite: quiet on every healthy draw, firing on every broken one, including bugs of this family that
+# are not among the mystery's candidates, and draws with other seeds. `course.exercises.mystery.reveal`, `draw`, `make`, `touched`, and
 # `G.consistency_problems`, `G.cache_gap`, `G.recompute_logits`, `G.future_perturbation`,
 # `G.sampler_error`, `G.generator_problems` are switched off while it runs.
 
@@ -542,7 +542,7 @@ _assert_detector(detect, _healthy, _broken, "consistency check (unseen draws)", 
 # `"cache"` (the fed-back tokens are right until one needs a *generated* token from the cache), and
 # `"temperature"` (logits right, sampled frequencies wrong). The step at which the cached logits first
 # leave the recompute separates the middle three. Graded on the draws above and on fresh draws (other
-# seeds, and bugs of these kinds you have not run); the same functions are switched off.
+# seeds, and bugs of these kinds that are not among the mystery's candidates); the same functions are switched off.
 
 # %% nbgrader={"grade": false, "grade_id": "name_cause", "locked": false, "schema_version": 3, "solution": true}
 def name_cause(pipe):
@@ -610,7 +610,7 @@ _assert_names(name_cause, _cases, "bug name (fresh draws)", off=_OFF)
 #   with `eos_id`, and generation stops when every row has; return the (B, P + n) tokens, and with
 #   `return_logits` also the (B, n, V) logits each new token was chosen from.
 #
-# Graded by behaviour on fresh draws of generator bugs (ones you ran and ones you did not): only the
+# Graded by behaviour on fresh draws of generator bugs (among the mystery's candidates and beyond them): only the
 # `generate` part may change; with a freshly trained model, greedy output must equal the
 # full-recompute greedy continuation on fresh prompts, sampled frequencies must follow
 # `softmax(logits / T)` (top-k too), samples at T = 0.7 must score under the true chain like a
