@@ -1,7 +1,7 @@
 """Targeted submissions for 00_start_here (see tests/autograde_cases.py for the format).
 
-Listed in the order ``autograder.grading.pack`` groups them (five submissions): first every
-alternative correct answer, then one wrong answer per exercise in each later group. A wrong
+Listed in the order ``autograder.grading.pack`` groups them: first every alternative correct
+answer, then one wrong answer per exercise in each later group. A wrong
 ``name_cause`` also costs ``test_fix`` and ``test_diagnosis_record``: the reference fix and record
 are built on ``name_cause``, as a learner's would be.
 """
