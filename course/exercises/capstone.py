@@ -556,7 +556,7 @@ def _package_checks() -> tuple:
     from ..toolkit.alerts import AlertPolicy
 
     return tuple(f.symptom for f in FAMILIES.values()) + tuple(dict.fromkeys(f.show for f in FAMILIES.values())) + (show,) + (
-        diagnose.held_out_symptom, diagnose.finite_and_falling, diagnose.training_moves, amp.overflow_problems,
+        diagnose.held_out_symptom, diagnose.finite_and_falling, amp.overflow_problems,
         instability.problems, checks.check_batch, checks.update_report, checks.position_sensitivity,
         checks.past_sensitivity, checks.future_sensitivity, diagnose.locate, nonfinite.first_nonfinite,
         preflight.preflight, diagnose.preflight_pipeline, replay.spike_symptom, replay.spike_alerts,
