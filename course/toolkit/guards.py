@@ -78,8 +78,8 @@ def _functions(objs) -> list[types.FunctionType]:
         while all(fn is not seen for seen in out):
             out.append(fn)
             inner = fn.__dict__.get("__wrapped__")
-            if type(inner) is not types.FunctionType or \
-                    not str(inner.__globals__.get("__name__", "")).startswith("course"):
+            module = inner.__globals__.get("__name__") if type(inner) is types.FunctionType else None
+            if type(module) is not str or not (module == "course" or module.startswith("course.")):
                 break
             fn = inner
     return out
