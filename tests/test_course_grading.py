@@ -136,3 +136,22 @@ def test_switched_off_leaves_a_wrapped_function_outside_course_on():
         with pytest.raises(SwitchedOff):
             _wrapper_here(1)
         assert _wrapped_here(1) == 3
+
+
+def test_hidden_seed_is_the_salts_own_outside_grading_and_moves_with_the_secret(monkeypatch):
+    from course.toolkit import salts
+    public = grading.hidden_seed("h-test-1")
+    assert public == grading.hidden_seed("h-test-1"), "outside grading a salt must give the same seed every run"
+    assert public != grading.hidden_seed("h-test-2"), "two salts must give two seeds"
+    assert 0 <= public < 2 ** 63, "the seed must suit torch.Generator.manual_seed and random.Random"
+    monkeypatch.setattr(salts, "CURRENT", [""])  # the guard's box, as grading holds it
+    salts.CURRENT[0] = "secret-a"
+    keyed_a = grading.hidden_seed("h-test-1")
+    salts.CURRENT[0] = "secret-b"
+    keyed_b = grading.hidden_seed("h-test-1")
+    assert len({public, keyed_a, keyed_b}) == 3, "a grader's secret must move the seed, and another secret elsewhere"
+    salts.CURRENT[0] = ""
+    assert grading.hidden_seed("h-test-1") == public, "with the secret emptied the seed is the public one again"
+    for bad in ("", None, b"h-test-1"):
+        with pytest.raises(ValueError, match="salt"):
+            grading.hidden_seed(bad)

@@ -25,15 +25,33 @@ prevented. The grading sandbox (``autograder/``) and the reviewer's eyes are the
 
 from __future__ import annotations
 
+import hashlib
 import types
 import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
 from ..toolkit.guards import SwitchedOff, _function, _raiser, captured_warnings, switched_off  # noqa: F401
+from ..toolkit.salts import mixed as _mixed
 from .isolation import run_apart
 
 REJECTIONS: tuple[type[BaseException], ...] = (ValueError, AssertionError)
+
+
+def hidden_seed(salt: str) -> int:
+    """The seed of a hidden test's own inputs (a random batch, a sequence, a value): ``salt`` mixed
+    with the grader's secret of the running test (``course.toolkit.salts.mixed``), hashed to an int
+    in ``[0, 2**63)`` that ``random.Random`` and ``torch.Generator.manual_seed`` both take.
+
+    Outside grading, or in a course without a key, the secret is empty and the seed is the salt's
+    own, the same on every run: the notebook's outputs and nbval see the inputs the text describes.
+    Graded under a course key, each test cell draws inputs the repository's text does not give, so
+    an answer that looks its input up in a table made from that text finds nothing. A test must
+    pass the reference on every seed (the expected values come from a reference, not a literal).
+    """
+    if type(salt) is not str or not salt:
+        raise ValueError("hidden_seed needs a non-empty salt, written in the test cell")
+    return int.from_bytes(hashlib.sha256(_mixed(salt).encode()).digest()[:8], "big") >> 1
 
 
 # The old name: notebooks written before ``captured_warnings`` call it ``quiet``.
