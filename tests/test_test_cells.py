@@ -12,6 +12,7 @@ negative control.
 import ast
 import builtins
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,114 @@ def test_the_check_accepts_a_cells_own_names_and_the_answers():
           "cases = {f'd{i}': mystery.hidden('healthy', i) for i in range(2)}\n"
           "try:\n    assert_detector(detect, cases, {})\nexcept ValueError as err:\n    print(err, math.pi)\n")
     assert notebook_globals_read(_toy(ok)) == {}
+
+
+# Test cells that grade no computation, only what the learner typed into a form (a name, a record
+# of their own work): no input, so nothing to draw. Each is named with its reason.
+FORM_ONLY = {
+    ("11_capstone", "test_my_name"): "the learner's name, a string typed in",
+    ("11_capstone", "test_my_name_hidden"): "the learner's name against the id graded",
+    ("11_capstone", "test_diagnosis"): "the learner's own record, checked for form",
+}
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+def _hidden_lines(text: str) -> set:
+    """The line numbers (1-based) between the hidden-test markers."""
+    inside, out = False, set()
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip() == HIDDEN_BEGIN:
+            inside = True
+        elif line.strip() == HIDDEN_END:
+            inside = False
+        elif inside:
+            out.add(number)
+    return out
+
+
+SALT = re.compile(r"h-?\d\d")  # the course's salts: "h-04-v2d", "h13-v7k"
+
+
+def _salt_names(tree: ast.AST) -> set:
+    """Names the cell binds to a string in the course's salt form (``_salt = "h-02-d7e1"``)."""
+    return {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, str) and SALT.match(n.value.value)
+            for t in n.targets if isinstance(t, ast.Name)}
+
+
+def _salted(call: ast.Call, salt_names: frozenset = frozenset()) -> bool:
+    """A call that draws under the grader's secret: ``hidden_seed(...)`` (under any alias ending so),
+    or a call given a salt (a ``salt=`` keyword that is not empty, or an argument that is a string
+    in the course's salt form or a name the cell bound to one, passed on to a draw or to a cell's
+    own helper that draws with it)."""
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+    if name.endswith("hidden_seed"):
+        return True
+    values = list(call.args) + [k.value for k in call.keywords]
+    if any(k.arg == "salt" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in call.keywords):
+        return True
+    return any((isinstance(v, ast.Constant) and isinstance(v.value, str) and SALT.match(v.value)) or
+               (isinstance(v, ast.Name) and v.id in salt_names) for v in values)
+
+
+def _fixed_seed(call: ast.Call) -> bool:
+    """``manual_seed(<constant>)`` or ``Random(<constant>)``: a seed the repository's text gives."""
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+    return name in ("manual_seed", "Random", "seed") and bool(call.args) and isinstance(call.args[0], ast.Constant)
+
+
+def unsalted_tests(nb: dict, assignment: str = "") -> dict:
+    """{grade_id: why} of the graded test cells whose hidden part draws nothing under the grader's
+    secret (or has no hidden part), or seeds a generator with a constant there. Such a cell grades the
+    inputs the repository's text gives, for every learner and every course: an answer that looks its
+    input up in a table made offline from that text scores (red team 14, notebooks 01 and 03)."""
+    found = {}
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        if cell["cell_type"] != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        if (assignment, meta.get("grade_id")) in FORM_ONLY:
+            continue
+        text = _source(cell)
+        lines = _hidden_lines(text)
+        tree = ast.parse(text)
+        salt_names = frozenset(_salt_names(tree))
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno in lines]
+        if not lines:
+            found[meta.get("grade_id")] = "no hidden part"
+        elif any(_fixed_seed(c) for c in calls):
+            found[meta.get("grade_id")] = "a constant seed in the hidden part"
+        elif not any(_salted(c, salt_names) for c in calls):
+            found[meta.get("grade_id")] = "nothing in the hidden part is drawn under the grader's secret"
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.parent.name for p in NOTEBOOKS])
+def test_every_hidden_test_draws_its_inputs_under_the_graders_secret(path):
+    found = unsalted_tests(_load(path), path.parent.name)
+    assert not found, (f"{path.parent.name}: these test cells grade inputs the repository's text gives: {found}. "
+                       "Draw the hidden part's inputs from course.exercises.grading.hidden_seed('h-<nn>-<tag>') "
+                       "(or a salted draw), with expected values from a reference")
+
+
+def test_the_salt_check_finds_a_fixed_seed_and_a_missing_hidden_part():
+    fixed = "import torch\n### BEGIN HIDDEN TESTS\n_g = torch.Generator().manual_seed(11)\nassert detect(_g)\n### END HIDDEN TESTS\n"
+    unsalted = "### BEGIN HIDDEN TESTS\nassert detect(3)\n### END HIDDEN TESTS\n"
+    visible_only = "from course.exercises.grading import hidden_seed\nassert detect(hidden_seed('h-x'))\n"
+    empty_salt = "### BEGIN HIDDEN TESTS\nassert detect(mystery.hidden('x', 1, salt=''))\n### END HIDDEN TESTS\n"
+    assert unsalted_tests(_toy(fixed)) == {"test_detect": "a constant seed in the hidden part"}
+    assert unsalted_tests(_toy(unsalted)) == {"test_detect": "nothing in the hidden part is drawn under the grader's secret"}
+    assert unsalted_tests(_toy(visible_only)) == {"test_detect": "no hidden part"}
+    assert unsalted_tests(_toy(empty_salt)) == {"test_detect": "nothing in the hidden part is drawn under the grader's secret"}
+
+
+def test_the_salt_check_accepts_a_salted_seed_and_a_salted_draw():
+    seeded = ("import torch\nfrom course.exercises.grading import hidden_seed as _hidden_seed\n### BEGIN HIDDEN TESTS\n"
+              "_g = torch.Generator().manual_seed(_hidden_seed('h-x'))\nassert detect(_g)\n### END HIDDEN TESTS\n")
+    drawn = "### BEGIN HIDDEN TESTS\nassert detect(mystery.hidden('x', 1, salt='h-y'))\n### END HIDDEN TESTS\n"
+    by_name = "### BEGIN HIDDEN TESTS\n_salt = 'h-02-d7e1'\nassert detect(mystery.hidden('x', 1, None, _salt))\n### END HIDDEN TESTS\n"
+    other_name = "### BEGIN HIDDEN TESTS\n_salt = 'plain'\nassert detect(mystery.hidden('x', 1, None, _salt))\n### END HIDDEN TESTS\n"
+    assert unsalted_tests(_toy(seeded)) == {}
+    assert unsalted_tests(_toy(drawn)) == {}
+    assert unsalted_tests(_toy(by_name)) == {}
+    assert unsalted_tests(_toy(other_name)) == {"test_detect": "nothing in the hidden part is drawn under the grader's secret"}

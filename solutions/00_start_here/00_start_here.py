@@ -87,7 +87,7 @@ for name, value in baselines.items():
 # %%
 prediction = None  # your guess: the colleague's mean training loss over its last 20 steps, in nats (a number)
 
-# %%
+# %% tags=["demo"]
 from course.bugs import catalogue
 
 colleague_bug = catalogue()[4].name  # the colleague's bug, picked by its place in the catalogue
@@ -101,13 +101,18 @@ ax = loss_plot({"reference": healthy.history["loss"], "colleague's copy": collea
 plt.show()
 
 # %% [markdown]
-# In numbers: the mean loss over the first and the last 20 steps of each run, and your guess beside
-# the colleague's.
+# In numbers: `first_last` gives the mean loss over the first and the last `window` steps of a run
+# (later sections use it too).
 
 # %%
 def first_last(losses, window=20):
     return sum(losses[:window]) / window, sum(losses[-window:]) / window
 
+
+# %% [markdown]
+# Both runs over 20 steps at each end, and your guess beside the colleague's:
+
+# %% tags=["demo"]
 for label, run in [("reference", healthy), ("colleague", colleague)]:
     first, last = first_last(run.history["loss"])
     print(f"{label:>10}: first {first:.3f}, last {last:.3f}, drop {first - last:+.3f}")

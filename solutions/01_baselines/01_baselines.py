@@ -105,9 +105,14 @@ with captured_warnings(), switched_off(course.toolkit.baselines.uniform_loss):
 assert math.isclose(_got, _lang.uniform_loss, rel_tol=1e-6), \
     f"uniform_loss({_lang.vocab_size}) = {_got}: ln(V) is the natural log of the vocabulary size"
 ### BEGIN HIDDEN TESTS
+import random as _random
+
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-01-ulnv"))
+_Vs = [2, 7, 50257] + [_rng.randint(3, 999) for _ in range(3)] + [_rng.randint(1000, 10**6) for _ in range(2)]
 with captured_warnings(), switched_off(course.toolkit.baselines.uniform_loss):
-    _got = {_V: float(uniform_loss(_V)) for _V in (2, 7, 50257)}
-for _V, _g in _got.items():
+    _got = [(_V, float(uniform_loss(_V))) for _V in _Vs]
+for _V, _g in _got:
     assert math.isclose(_g, math.log(_V), rel_tol=1e-6), f"uniform_loss({_V}) is wrong: the natural log of V"
 ### END HIDDEN TESTS
 
@@ -139,16 +144,29 @@ assert _close(_uneven, _want), \
     f"scored targets 2, 2, 2, 5 have entropy {_want:.6f} nats, got {_uneven}: the probabilities are counts over the scored targets only"
 assert math.isnan(_nothing), f"nothing scored: return float('nan') (a mean over zero targets), not {_nothing}"
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(11)
-_cases = []
-for _trial in range(5):
-    _t = torch.randint(0, 9, (4, 13), generator=_g)
-    _t[torch.rand(4, 13, generator=_g) < 0.4] = IGNORE
-    _cases.append((f"random batch {_trial} (40% ignored)", _t, course.toolkit.baselines.unigram_entropy(_t)))
-_padded_t = _batch_at(_Pipeline(min_len=8), seed=3, step=0).targets
-_cases.append(("a padded batch of the course's language", _padded_t, course.toolkit.baselines.unigram_entropy(_padded_t)))
+import random as _random
+
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-01-entm"))
+_g = torch.Generator().manual_seed(_rng.getrandbits(62))
+_inputs = []  # (label, targets): no expected value exists until yours has answered every input
+for _trial in range(5):  # random shapes, id ranges and shares of ignored targets
+    _shape, _n, _share = (_rng.randint(3, 6), _rng.randint(8, 20)), _rng.randint(2, 12), _rng.choice((0.2, 0.4, 0.6))
+    _t = torch.randint(0, _n, _shape, generator=_g)
+    _t[torch.rand(_shape, generator=_g) < _share] = IGNORE
+    _inputs.append((f"random batch {_trial} ({_share:.0%} ignored)", _t))
+# a random batch of the course's language, padded (the windows are the notebook's; the batch is drawn)
+_inputs.append(("a padded batch of the course's language",
+                _batch_at(_Pipeline(min_len=8), seed=_rng.randrange(2**31), step=_rng.randrange(300)).targets))
+_kept = [(tuple(_t.shape), tuple(_t.flatten().tolist())) for _label, _t in _inputs]  # a copy no answer can change
+_reference = course.toolkit.baselines.unigram_entropy
 with captured_warnings(), switched_off(course.toolkit.baselines.unigram_entropy):
-    _wrong = [_label for _label, _t, _want in _cases if not _close(float(masked_unigram_entropy(_t)), _want)]
+    _gots = [float(masked_unigram_entropy(_t)) for _label, _t in _inputs]
+_wrong = []
+for (_label, _t), (_shape, _values), _got in zip(_inputs, _kept, _gots):
+    _want = _reference(torch.tensor(_values, dtype=torch.long).reshape(_shape))
+    if not (_close(_got, _want) or (math.isnan(_want) and math.isnan(_got))):  # NaN: nothing scored
+        _wrong.append(_label)
 assert not _wrong, f"wrong entropy (beyond 1e-5 relative) on: {', '.join(_wrong)}; check the mask and the counting"
 ### END HIDDEN TESTS
 
@@ -479,11 +497,17 @@ _broken = {name: batch_at(inject(_padded_pipe, name), 0, 0)
 assert_detector(lambda b: fires(check_batch, b, _pipe.language().vocab_size), _healthy, _broken, what="batch check",
                 off=(course.toolkit.checks.check_batch,))
 ### BEGIN HIDDEN TESTS
+import random as _random
+
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-01-cbvh"))
 _hidden_pipe = Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
-_hidden_healthy = {f"{p.n_symbols} symbols, seed {s}": (batch_at(p, s, 1), p.language().vocab_size)
-                   for p in (_hidden_pipe, _pipe.replace(min_len=2)) for s in (4, 5)}
+_hidden_healthy = {f"{p.n_symbols} symbols, random batch {i}": (batch_at(p, _rng.randrange(2**31), _rng.randrange(64)),
+                                                                p.language().vocab_size)
+                   for p in (_hidden_pipe, _pipe.replace(min_len=2)) for i in (1, 2)}
 assert_detector(lambda bv: fires(check_batch, *bv), _hidden_healthy,
-                {n: (batch_at(inject(_hidden_pipe, n), 2, 0), 10) for n in ("unshifted-targets", "all-targets-ignored")},
+                {n: (batch_at(inject(_hidden_pipe, n), _rng.randrange(2**31), _rng.randrange(64)), 10)
+                 for n in ("unshifted-targets", "all-targets-ignored")},
                 what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 
@@ -498,10 +522,14 @@ from course.bugs import inject as _inject
 from course.exercises.grading import assert_detector as _assert_detector, fires as _fires
 from course.reference.train import batch_at as _batch_at
 import course.toolkit.checks
+import random as _random
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-01-cbty"))
 _hidden_pipe = _Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
-_bank = {n: _batch_at(_inject(_hidden_pipe, n), 6, 0)
+_seed, _step = _rng.randrange(2**31), _rng.randrange(64)  # a random batch (64 padded windows: some padding, surely)
+_bank = {n: _batch_at(_inject(_hidden_pipe, n), _seed, _step)
          for n in ("float-targets", "int32-inputs", "inputs-padded-with-ignore-index", "targets-one-short")}
-_assert_detector(lambda b: _fires(check_batch, b, 10), {"healthy": _batch_at(_hidden_pipe, 6, 0)}, _bank,
+_assert_detector(lambda b: _fires(check_batch, b, 10), {"healthy": _batch_at(_hidden_pipe, _seed, _step)}, _bank,
                 what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 
@@ -516,10 +544,14 @@ from course.bugs import inject as _inject
 from course.exercises.grading import assert_detector as _assert_detector, fires as _fires
 from course.reference.train import batch_at as _batch_at
 import course.toolkit.checks
+import random as _random
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-01-cbmk"))
 _hidden_pipe = _Pipeline(n_symbols=8, seq_len=12, min_len=4, n_train=512)
-_bank = {n: _batch_at(_inject(_hidden_pipe, n), 7, 0)
+_seed, _step = _rng.randrange(2**31), _rng.randrange(64)  # a random batch (64 padded windows: some padding, surely)
+_bank = {n: _batch_at(_inject(_hidden_pipe, n), _seed, _step)
          for n in ("padding-scored", "targets-shifted-twice", "every-other-target-ignored")}
-_assert_detector(lambda b: _fires(check_batch, b, 10), {"healthy": _batch_at(_hidden_pipe, 7, 0)}, _bank,
+_assert_detector(lambda b: _fires(check_batch, b, 10), {"healthy": _batch_at(_hidden_pipe, _seed, _step)}, _bank,
                 what="batch check", off=(course.toolkit.checks.check_batch,))
 ### END HIDDEN TESTS
 

@@ -689,19 +689,34 @@ assert _b.targets.tolist() == [[5, 17], [17, _I]], \
     (f"no markers: targets {_b.targets.tolist()}; with no markers and an empty prompt there is nothing to ignore "
      "before the answer, and an empty answer still supervises its EOS")
 ### BEGIN HIDDEN TESTS
+import random as _random
+
 import course.lessons.sft as _sft
-import course.reference.data as _data
-_g = torch.Generator().manual_seed(3)
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-03-colv"))
+_g = torch.Generator().manual_seed(_rng.getrandbits(62))
+_V = _rng.randint(8, 16)  # token ids 0.._V-1; the pad and EOS ids are two others
+_pad, _eos = _rng.sample(range(_V, _V + 6), 2)
+
+
+def _markers(lo, hi):
+    return tuple(_rng.randrange(_V) for _ in range(_rng.randint(lo, hi)))
+
+
+_tpls = [("no markers", Template()), ("three user markers, one assistant marker", Template(user=(5, 6, 7), assistant=(1,))),
+         ("four equal assistant markers", Template(assistant=(4, 4, 4, 4)))]
+_tpls += [(f"random template {_k}", Template(user=_markers(0, 3), assistant=_markers(0, 4))) for _k in (1, 2)]
 _cases = []
-for _tpl in (Template(), Template(user=(5, 6, 7), assistant=(1,)), Template(assistant=(4, 4, 4, 4))):
-    _ex = [(torch.randint(0, 12, (int(torch.randint(0, 6, (1,), generator=_g)),), generator=_g),
-            torch.randint(0, 12, (int(torch.randint(0, 5, (1,), generator=_g)),), generator=_g)) for _ in range(5)]
-    _cases.append((_ex, _tpl, _sft.collate_sft(_ex, _tpl, 13, 14)))
-for _ex, _tpl, _want in _cases:
+for _what, _tpl in _tpls:
+    _ex = [(torch.randint(0, _V, (_rng.randint(0, 5),), generator=_g), torch.randint(0, _V, (_rng.randint(0, 4),), generator=_g))
+           for _ in range(_rng.randint(3, 7))]
+    _cases.append((_what, _ex, _tpl, _sft.collate_sft(_ex, _tpl, _pad, _eos)))  # the reference, before switching off
+for _what, _ex, _tpl, _want in _cases:
     with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
-        _got = collate_sft(_ex, _tpl, 13, 14)
+        _got = collate_sft(_ex, _tpl, _pad, _eos)
     assert torch.equal(_got.inputs, _want.inputs) and torch.equal(_got.targets, _want.targets), \
-        f"wrong batch for template {_tpl} (pad 13, EOS 14): compare the row lengths, the padding and the ignored targets"
+        (f"wrong batch for random examples, {_what} (other pad and EOS ids): compare the row lengths, "
+         "the padding and the ignored targets")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -710,6 +725,8 @@ for _ex, _tpl, _want in _cases:
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_pipelines", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+import random as _random
+
 import torch as _torch
 
 from course import Pipeline as _Pipeline
@@ -717,17 +734,28 @@ from course.lessons.sft import Template as _Template, examples_at as _examples_a
 from course.reference.train import batch_at as _batch_at
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
-from course.exercises.grading import captured_warnings, switched_off
+from course.exercises.grading import captured_warnings, hidden_seed as _hidden_seed, switched_off
+_rng = _random.Random(_hidden_seed("h-03-colp"))
+
+
+def _markers(lo, hi):
+    return tuple(_rng.randrange(16) for _ in range(_rng.randint(lo, hi)))  # any of the language's 16 symbols
+
+
 _cases = []
-for _tpl, _seed in ((_Template(user=(0, 1), assistant=(2, 3)), 5), (_Template(user=(9,), assistant=(8, 7, 6)), 6)):
-    _p = _sft.sft_pipeline(_Pipeline(n_train=512), _tpl, min_len=6)  # a small training set: cheaper windows, same batches' shape
-    _ex = _examples_at(_p, _seed, 1)
-    _cases.append((_ex, _tpl, _batch_at(_p, _seed, 1)))
-for _ex, _tpl, _want in _cases:
+for _what, _tpl in (("the default template", _Template(user=(0, 1), assistant=(2, 3))),
+                    ("a random template", _Template(user=_markers(0, 2), assistant=_markers(1, 4)))):
+    # a small training set (cheaper windows, the same batches' shape) of a random data seed; a random batch of it
+    _p = _sft.sft_pipeline(_Pipeline(n_train=512, data_seed=_rng.randrange(10**6)), _tpl, min_len=6)
+    _seed, _step = _rng.randrange(10**6), _rng.randrange(8)
+    _lang = _p.language()
+    _cases.append((_what, _examples_at(_p, _seed, _step), _tpl, _lang.PAD, _lang.EOS, _batch_at(_p, _seed, _step)))
+for _what, _ex, _tpl, _pad, _eos, _want in _cases:
     with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
-        _got = collate_sft(_ex, _tpl, _p.language().PAD, _p.language().EOS)
+        _got = collate_sft(_ex, _tpl, _pad, _eos)
     assert _torch.equal(_got.inputs, _want.inputs) and _torch.equal(_got.targets, _want.targets), \
-        f"wrong batch for a pipeline with template {_tpl}: compare the row lengths, the padding and the ignored targets"
+        (f"wrong batch for a random batch of an SFT pipeline with {_what}: compare the row lengths, the padding "
+         "and the ignored targets")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -798,12 +826,28 @@ assert not torch.equal(_unshifted.targets, _good.targets), "grader: the unshifte
 _broken["right mask and EOS, answer targets not shifted"] = (_unshifted, _ex, _t)
 assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS), _healthy, _broken, what="mask gate", off=_GATE_OFF)
 ### BEGIN HIDDEN TESTS
-_tpl2 = Template(user=(5,), assistant=(6, 7, 8))
-_sft2 = sft_pipeline(_pipe.replace(seq_len=20, model=dataclasses.replace(_pipe.model, n_ctx=20), n_train=512), _tpl2, min_len=5)
+import random as _random
+
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-03-gatev"))
+_tpl2 = Template(user=tuple(_rng.randrange(16) for _ in range(_rng.randint(0, 2))),  # markers: any of the 16 symbols
+                 assistant=tuple(_rng.randrange(16) for _ in range(_rng.randint(1, 3))))
+_sft2 = sft_pipeline(_pipe.replace(seq_len=20, model=dataclasses.replace(_pipe.model, n_ctx=20), n_train=512,
+                                   data_seed=_rng.randrange(10**6)), _tpl2, min_len=5)
+_s1, _s2, _s3 = _rng.sample(range(10**6), 3)
+_hidden_broken = {f"{n}, random template and batch": _gate_case(inject(_sft2, n), _s3, _tpl2)
+                  for n in ("prompt-answer-mask-inverted", "eos-masked")}
+for _k in range(8):  # a random batch whose answer targets are not all equal to their inputs (nearly every one)
+    _good, _ex, _t = _gate_case(_sft2, _s3 + _k, _tpl2)
+    _answer = (_good.targets != IGNORE) & (_good.targets != _EOS)
+    _unshifted = Batch(_good.inputs, torch.where(_answer, _good.inputs, _good.targets), _good.pad_id)
+    if not torch.equal(_unshifted.targets, _good.targets):
+        break
+assert not torch.equal(_unshifted.targets, _good.targets), "grader: every unshifted batch equals its healthy one"
+_hidden_broken["right mask and EOS, answer targets not shifted, random template and batch"] = (_unshifted, _ex, _t)
 assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS),
-                {f"template 2, seed {s}": _gate_case(_sft2, s, _tpl2) for s in (3, 4)},
-                {n: _gate_case(inject(_sft2, n), 3, _tpl2) for n in ("prompt-answer-mask-inverted", "eos-masked")},
-                what="mask gate", off=_GATE_OFF)
+                {f"random template, random batch {_k}": _gate_case(_sft2, _s, _tpl2) for _k, _s in ((1, _s1), (2, _s2))},
+                _hidden_broken, what="mask gate", off=_GATE_OFF)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -814,6 +858,8 @@ assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS),
 # %% nbgrader={"grade": true, "grade_id": "test_mask_gate_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+import random as _random
+
 import torch as _torch
 
 from course import IGNORE as _IGNORE
@@ -822,10 +868,12 @@ from course.toolkit.batch import Batch as _Batch
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
 from course.toolkit.batch import next_token_batch as _ntb, pad_sequences as _pad
-from course.exercises.grading import assert_detector, fires
+from course.exercises.grading import assert_detector, fires, hidden_seed as _hidden_seed
 
 
 def _bank(tpl, seed):
+    """Healthy and broken batches of random examples (token ids 0..11, pad 13, EOS 14), or None when a
+    broken variant happens to equal the healthy batch (then the caller draws again)."""
     g = _torch.Generator().manual_seed(seed)
     ex = [(_torch.randint(0, 12, (int(_torch.randint(1, 6, (1,), generator=g)),), generator=g),
            _torch.randint(0, 12, (int(_torch.randint(1, 6, (1,), generator=g)),), generator=g)) for _ in range(6)]
@@ -851,16 +899,31 @@ def _bank(tpl, seed):
                                                                                good.targets[i, ctx[i] - 1: ends[i] - 2].clone())),
         "answer targets all one token": variant(lambda t, i: t[i].__setitem__(slice(ctx[i] - 1, ends[i] - 1), 12)),
     }
-    for name, b in broken.items():
-        assert not _torch.equal(b.targets, good.targets), f"grader: the variant {name!r} equals the healthy batch"
+    if any(_torch.equal(b.targets, good.targets) for b in broken.values()):
+        return None  # a variant that changed nothing: the caller draws again
     return (good, ex, tpl), {k: (b, ex, tpl) for k, b in broken.items()}
 
 
+_rng = _random.Random(_hidden_seed("h-03-gateh"))
+
+
+def _random_template():  # at least one marker, so every prompt's context is two tokens or more
+    user = tuple(_rng.randrange(12) for _ in range(_rng.randint(0, 3)))
+    return _Template(user=user, assistant=tuple(_rng.randrange(12) for _ in range(_rng.randint(0 if user else 1, 3))))
+
+
 _healthy, _broken = {}, {}
-for _k, (_tpl, _seed) in enumerate(((_Template(user=(0, 1), assistant=(2,)), 21), (_Template(user=(9, 9), assistant=(3, 4, 5)), 22))):
-    _h, _b = _bank(_tpl, _seed)
-    _healthy[f"template {_k}"] = _h
-    _broken.update({f"{n} (template {_k})": c for n, c in _b.items()})
+for _k, _tpl in enumerate((_Template(user=(0, 1), assistant=(2,)), _Template(user=(9, 9), assistant=(3, 4, 5)), _random_template())):
+    _what = f"template {_k}" if _k < 2 else "a random template"
+    _seed = _rng.randrange(10**6)
+    for _try in range(8):  # random examples: draw again while a broken variant equals the healthy batch
+        _bnk = _bank(_tpl, _seed + _try)
+        if _bnk is not None:
+            break
+    assert _bnk is not None, f"grader: every draw of {_what} has a broken variant equal to the healthy batch"
+    _h, _b = _bnk
+    _healthy[f"random examples, {_what}"] = _h
+    _broken.update({f"{n} (random examples, {_what})": c for n, c in _b.items()})
 assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], 14), _healthy, _broken, what="mask gate",
                 off=(_sft.mask_gate, _sft.collate_sft, _batch.prompt_answer_batch))
 ### END HIDDEN TESTS
@@ -1150,6 +1213,32 @@ _broken = {
     "a model that crashes, batch": (_Crashes(), _tokens(4, 8, 10), "batch"),
     "a model that crashes, time": (_Crashes(), _tokens(4, 8, 10), "time"),
 }
+### BEGIN HIDDEN TESTS
+import random as _random
+
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-03-depv"))
+
+
+def _draw(B_lo, B_hi, T_lo, T_hi):  # a model seed and random tokens of a random shape (the same seed draws both)
+    seed = _rng.randrange(10**6)
+    return seed, _tokens(_rng.randint(B_lo, B_hi), _rng.randint(T_lo, T_hi), seed)
+
+
+_d = [_draw(2, 4, 2, 8) for _ in range(5)] + [_draw(3, 4, 2, 6) for _ in range(2)] + [_draw(2, 4, 2, 8)]
+_healthy.update({
+    "healthy, random shape, batch": (_P.build_model(_d[0][0]), _d[0][1], "batch"),
+    "healthy with frozen parameters, random shape, time": (_frozen(_P.build_model(_d[1][0])), _d[1][1], "time"),
+    "healthy with dropout 0.1 in training mode, random shape, time": (_dropout.build_model(_d[2][0]).train(), _d[2][1], "time"),
+    "final-norm-over-batch, random shape, time": (_mixing.build_model(_d[3][0]), _d[3][1], "time"),
+    "causal-mask-off, random shape, batch": (_peeking.build_model(_d[4][0]), _d[4][1], "batch"),
+})
+_broken.update({
+    "final-norm-over-batch, random shape, batch": (_mixing.build_model(_d[5][0]), _d[5][1], "batch"),
+    "final-norm-over-batch with frozen parameters, random shape, batch": (_frozen(_mixing.build_model(_d[6][0])), _d[6][1], "batch"),
+    "causal-mask-off, random shape, time": (_peeking.build_model(_d[7][0]), _d[7][1], "time"),
+})
+### END HIDDEN TESTS
 assert_detector(lambda c: leaks(c[0], c[1], along=c[2]), _healthy, _broken, what="dependency test", off=_DEP_OFF)
 
 # %% [markdown]
@@ -1159,11 +1248,13 @@ assert_detector(lambda c: leaks(c[0], c[1], along=c[2]), _healthy, _broken, what
 # %% nbgrader={"grade": true, "grade_id": "test_dependency_hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
+import random as _random
+
 import torch as _torch
 
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 from course.bugs import inject as _inject
-from course.exercises.grading import assert_detector as _assert_detector
+from course.exercises.grading import assert_detector as _assert_detector, hidden_seed as _hidden_seed
 import course.toolkit.dependence as _dep
 
 
@@ -1182,27 +1273,40 @@ class _RecurrentLM(_torch.nn.Module):
         return self.head(self.rnn(self.tok(tokens))[0])
 
 
-def _toks(B, T, seed):
-    return _torch.randint(0, 16, (B, T), generator=_torch.Generator().manual_seed(seed))
+_rng = _random.Random(_hidden_seed("h-03-deph"))
+
+
+def _toks(B, T):  # random tokens of shape (B, T), with a random seed for the model that reads them
+    seed = _rng.randrange(10**6)
+    return seed, _torch.randint(0, 16, (B, T), generator=_torch.Generator().manual_seed(seed))
+
+
+def _shape(B_lo, B_hi, T_lo, T_hi):
+    return _rng.randint(B_lo, B_hi), _rng.randint(T_lo, T_hi)
 
 
 _Q = _Pipeline(seq_len=24, model=_MC(n_ctx=24, d_model=24, n_head=4, n_layer=2, d_mlp=48, dropout=0.1))
+_norms, _time_major = _inject(_Q, "norms-over-batch-and-time"), _inject(_Q, "attention-output-time-major")
+_mixing, _peeking = _inject(_Q, "final-norm-over-batch"), _inject(_Q, "causal-mask-off")
+_s, _t = zip(*(_toks(*_shape(*lim)) for lim in (
+    (3, 5, 5, 10), (2, 3, 12, 20), (4, 6, 4, 8), (2, 4, 6, 11), (2, 5, 3, 7),  # the healthy cases' shapes
+    (2, 4, 4, 10), (2, 3, 3, 8), (2, 4, 4, 8), (2, 4, 4, 8), (2, 5, 3, 7), (2, 4, 2, 9), (2, 4, 4, 12), (2, 3, 4, 14))))
 _hidden_healthy = {
-    "healthy transformer, other size, dropout in training mode, batch": (_Q.build_model(31).train(), _toks(5, 9, 31), "batch"),
-    "healthy transformer, other size, eval mode, time": (_Q.build_model(32).eval(), _toks(2, 20, 32), "time"),
-    "healthy recurrent model, batch": (_RecurrentLM(33), _toks(6, 7, 33), "batch"),
-    "healthy recurrent model, time": (_RecurrentLM(34), _toks(3, 11, 34), "time"),
-    "a batch-mixing recurrent model, time": (_RecurrentLM(35, batch_first=False), _toks(4, 6, 35), "time"),
+    "healthy transformer, other size, dropout in training mode, batch": (_Q.build_model(_s[0]).train(), _t[0], "batch"),
+    "healthy transformer, other size, eval mode, time": (_Q.build_model(_s[1]).eval(), _t[1], "time"),
+    "healthy recurrent model, batch": (_RecurrentLM(_s[2]), _t[2], "batch"),
+    "healthy recurrent model, time": (_RecurrentLM(_s[3]), _t[3], "time"),
+    "a batch-mixing recurrent model, time": (_RecurrentLM(_s[4], batch_first=False), _t[4], "time"),
 }
 _hidden_broken = {
-    "norms over batch and time, batch": (_inject(_Q, "norms-over-batch-and-time").build_model(41).train(), _toks(3, 10, 41), "batch"),
-    "norms over batch and time, time": (_inject(_Q, "norms-over-batch-and-time").build_model(42).eval(), _toks(2, 7, 42), "time"),
-    "attention output viewed time-major, batch": (_inject(_Q, "attention-output-time-major").build_model(43).eval(), _toks(4, 8, 43), "batch"),
-    "attention output viewed time-major, time": (_inject(_Q, "attention-output-time-major").build_model(44).eval(), _toks(4, 8, 44), "time"),
-    "recurrent model run along the batch, batch": (_RecurrentLM(45, batch_first=False), _toks(4, 6, 45), "batch"),
-    "bidirectional recurrent model, time": (_RecurrentLM(46, bidirectional=True), _toks(3, 9, 46), "time"),
-    "final-norm-over-batch, other size, batch": (_inject(_Q, "final-norm-over-batch").build_model(47).eval(), _toks(2, 12, 47), "batch"),
-    "causal-mask-off, other size, time": (_inject(_Q, "causal-mask-off").build_model(48).eval(), _toks(2, 12, 48), "time"),
+    "norms over batch and time, batch": (_norms.build_model(_s[5]).train(), _t[5], "batch"),
+    "norms over batch and time, time": (_norms.build_model(_s[6]).eval(), _t[6], "time"),
+    "attention output viewed time-major, batch": (_time_major.build_model(_s[7]).eval(), _t[7], "batch"),
+    "attention output viewed time-major, time": (_time_major.build_model(_s[8]).eval(), _t[8], "time"),
+    "recurrent model run along the batch, batch": (_RecurrentLM(_s[9], batch_first=False), _t[9], "batch"),
+    "bidirectional recurrent model, time": (_RecurrentLM(_s[10], bidirectional=True), _t[10], "time"),
+    "final-norm-over-batch, other size, batch": (_mixing.build_model(_s[11]).eval(), _t[11], "batch"),
+    "causal-mask-off, other size, time": (_peeking.build_model(_s[12]).eval(), _t[12], "time"),
 }
 _assert_detector(lambda c: leaks(c[0], c[1], along=c[2]), _hidden_healthy, _hidden_broken, what="dependency test",
                  off=(_dep.dependence,))

@@ -57,7 +57,7 @@ start_fork_server()  # the two-process demos below fork their ranks from it; it 
 # two runs are the same run until then: the reference run resumes the last checkpoint before that
 # batch and trains only the remaining steps on the reference stream.
 
-# %%
+# %% tags=["demo"]
 import tempfile
 
 from course.bugs import inject
@@ -78,7 +78,7 @@ _ = train_steps(reference, 360 - reference.step, eval_every=20, progress=True)
 # %% [markdown]
 # Where does the loss first jump above twice its recent median?
 
-# %%
+# %% tags=["demo"]
 import statistics
 
 loss = run.history["loss"]
@@ -184,7 +184,7 @@ plt.show()
 # %% [markdown]
 # The numbers behind the plot, for the spike and the step before it:
 
-# %%
+# %% tags=["demo"]
 from course.bugs.spike import SHARD_LEN
 
 print(f"lowest loss on the corrupted batches: {min(loss[spike:spike + SHARD_LEN]):.3f} "
@@ -323,19 +323,24 @@ assert _alerts == ["non-finite"], f"a NaN gradient norm with a loss of 9.0 is on
 assert list(_policy.losses) == [2.0] * 6, \
     f"the finite loss of a non-finite step entered the running statistics (policy.losses is {list(_policy.losses)}): a non-finite step changes no state"
 ### BEGIN HIDDEN TESTS
+import math as _math
 import random as _random
 from course.toolkit.alerts import AlertPolicy as _Policy
-from course.exercises.grading import quiet as _quiet, switched_off as _switched_off
+from course.exercises.grading import hidden_seed as _hidden_seed, quiet as _quiet, switched_off as _switched_off
 
 
-def _sequence(seed, n=120):
+def _sequence(seed):
+    """A random run: its length, scales and validation period drawn too; spikes, drops and
+    non-finite values at random steps (some two in a row, some beside a high finite value)."""
     rng = _random.Random(seed)
+    n, every = rng.randint(100, 140), rng.randint(7, 12)
+    lscale, gscale, tscale = rng.uniform(0.7, 1.5), rng.uniform(0.2, 5.0), rng.uniform(200.0, 5000.0)
     seq = []
     for s in range(n):
-        v = dict(loss=3.0 * 0.99 ** s + rng.uniform(-0.05, 0.05), grad_norm=1.0 + rng.uniform(-0.2, 0.2),
-                 tokens_per_s=1000.0 + rng.uniform(-50, 50))
-        if s % 10 == 9:
-            v["val_loss"] = 3.0 * 0.99 ** min(s, 60) + rng.uniform(0.0, 0.5)
+        v = dict(loss=lscale * (3.0 * 0.99 ** s + rng.uniform(-0.05, 0.05)), grad_norm=gscale * (1.0 + rng.uniform(-0.2, 0.2)),
+                 tokens_per_s=tscale * (1.0 + rng.uniform(-0.05, 0.05)))
+        if s % every == every - 1:
+            v["val_loss"] = lscale * (3.0 * 0.99 ** min(s, 60) + rng.uniform(0.0, 0.5))
         r = rng.random()
         if r < 0.04:
             v["loss"] *= rng.uniform(1.6, 4.0)
@@ -343,9 +348,14 @@ def _sequence(seed, n=120):
             v["grad_norm"] *= rng.uniform(3.5, 20.0)
         elif r < 0.11:
             v["tokens_per_s"] *= rng.uniform(0.1, 0.45)
-        elif r < 0.13:
-            v[rng.choice(["loss", "grad_norm"])] = rng.choice([float("nan"), float("inf")])
+        elif r < 0.15:
+            v[rng.choice(["loss", "grad_norm", "tokens_per_s"])] = rng.choice([float("nan"), float("inf"), float("-inf")])
+            if rng.random() < 0.5:  # a high finite value beside the non-finite one
+                v["loss" if _math.isfinite(v["loss"]) else "grad_norm"] *= rng.uniform(2.0, 8.0)
         seq.append(v)
+    for s in range(n - 1):  # some non-finite steps come two in a row
+        if not all(map(_math.isfinite, seq[s].values())) and rng.random() < 0.5:
+            seq[s + 1]["grad_norm"] = rng.choice([float("nan"), float("inf")])
     return seq
 
 
@@ -357,15 +367,35 @@ def _run(step_fn, policy, seq, off=()):
     return out
 
 
-for _seed in range(4):
-    _seq = _sequence(100 + _seed)
-    _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=0), _seq)
-    assert sum(map(len, _want)) > 0 and any(not w for w in _want), "grader: the hidden sequence is degenerate"
-    _got = _run(observe, _Policy(cooldown=0), _seq, off=(_Policy.observe,))
+def _state(p):
+    return list(p.losses), list(p.grads), list(p.throughputs), p.best_val, p.evals_since_best
+
+
+# four random sequences, the first two without a cooldown, the others with a random one
+for _i in range(4):
+    for _k in range(4):  # redraw a degenerate sequence (no alert, no quiet step, no two non-finite steps in a row)
+        _rng = _random.Random(_hidden_seed("h-04-obv") + 4 * _i + _k)
+        _cooldown = 0 if _i < 2 else _rng.randint(2, 12)
+        _seq = _sequence(_rng.getrandbits(64))
+        _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
+        _nonfinite = [w == [(s, "non-finite")] for s, w in enumerate(_want)]
+        if sum(map(len, _want)) > 0 and any(not w for w in _want) and any(a and b for a, b in zip(_nonfinite, _nonfinite[1:])):
+            break  # a suitable draw
+    else:  # every redraw was unsuitable
+        raise AssertionError("grader: the hidden sequence is degenerate")
+    _p, _got, _changed = _Policy(cooldown=_cooldown), [], []
+    with _quiet(), _switched_off(_Policy.observe):
+        for _s, _v in enumerate(_seq):
+            _before = _state(_p)
+            _got.append(sorted((a.step, a.kind) for a in observe(_p, _s, **_v)))
+            if _nonfinite[_s] and _state(_p) != _before:
+                _changed.append(_s)
+    assert not _changed, (f"random sequence {_i + 1}: the non-finite steps {_changed[:5]} changed the policy's running "
+                          "statistics (policy.losses, grads, throughputs) or validation state: a non-finite step changes no state")
     _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
-    assert not _bad, (f"hidden sequence {_seed} (no cooldown; spikes, drops, validation losses and non-finite values): "
-                      f"your alerts differ from the contract at steps {_bad[:5]}; check each alert kind's rule "
-                      "and that a non-finite step changes no state")
+    assert not _bad, (f"random sequence {_i + 1} (cooldown {_cooldown}; spikes, drops, validation losses and non-finite values): "
+                      f"your alerts differ from the contract at steps {_bad[:5]}; check each alert kind's rule, the "
+                      "per-kind cooldown, and that a non-finite step changes no state")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -376,14 +406,15 @@ for _seed in range(4):
 ### BEGIN HIDDEN TESTS
 import random as _random
 from course.toolkit.alerts import AlertPolicy as _Policy
-from course.exercises.grading import quiet as _quiet, switched_off as _switched_off
+from course.exercises.grading import hidden_seed as _hidden_seed, quiet as _quiet, switched_off as _switched_off
 
 
-def _bursts(seed, n=150):
-    """Finite values only: bursts of loss and gradient spikes a few steps apart."""
-    rng = _random.Random(seed)
-    seq = [dict(loss=2.0 + rng.uniform(-0.05, 0.05), grad_norm=1.0 + rng.uniform(-0.1, 0.1)) for _ in range(n)]
-    for start in range(15, n - 10, rng.randint(18, 30)):
+def _bursts(rng, n=150):
+    """Finite values only: bursts of loss and gradient spikes a few steps apart (levels drawn too)."""
+    level, glevel = rng.uniform(0.5, 4.0), rng.uniform(0.2, 5.0)
+    seq = [dict(loss=level * (1.0 + rng.uniform(-0.025, 0.025)), grad_norm=glevel * (1.0 + rng.uniform(-0.1, 0.1)))
+           for _ in range(n)]
+    for start in range(rng.randint(12, 18), n - 17, rng.randint(18, 30)):
         for k in range(rng.randint(2, 5)):
             s = start + k * rng.randint(1, 4)
             seq[s]["loss" if rng.random() < 0.6 else "grad_norm"] *= rng.uniform(4.0, 8.0)
@@ -398,10 +429,17 @@ def _run(step_fn, policy, seq, off=()):
     return out
 
 
-for _seed, _cooldown in [(1, 3), (2, 10), (3, 25), (4, 1)]:
-    _seq = _bursts(_seed)
-    _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
-    assert any(_want) and not all(_want), "grader: the hidden sequence is degenerate"
+# random bursts under a short, a medium, a long and a one-step cooldown (lengths drawn in each range)
+for _i, (_lo, _hi) in enumerate([(2, 4), (8, 12), (20, 30), (1, 1)]):
+    for _k in range(4):  # redraw a degenerate sequence (no alert at all, or one at every step)
+        _rng = _random.Random(_hidden_seed("h-04-cdn") + 4 * _i + _k)
+        _cooldown = _rng.randint(_lo, _hi)
+        _seq = _bursts(_rng)
+        _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
+        if any(_want) and not all(_want):
+            break  # a suitable draw
+    else:  # every redraw was unsuitable
+        raise AssertionError("grader: the hidden sequence is degenerate")
     _got = _run(observe, _Policy(cooldown=_cooldown), _seq, off=(_Policy.observe,))
     _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
     assert not _bad, (f"cooldown {_cooldown}: your alerts differ from the contract at steps {_bad[:5]}; an alert "
@@ -413,6 +451,26 @@ _seq[10]["loss"], _seq[11]["grad_norm"], _seq[13]["loss"] = 6.0, 9.0, 6.0
 _got = _run(observe, _Policy(cooldown=10), _seq, off=(_Policy.observe,))
 assert _got[10] == [(10, "loss-spike")] and _got[11] == [(11, "grad-spike")] and _got[13] == [], \
     f"each kind of alert has its own cooldown: a loss spike at 10, a gradient spike at 11 and a loss spike at 13 gave {_got[10:14]}"
+# the same on random levels, positions and cooldowns: a loss spike, a gradient spike the step after,
+# a second loss spike inside the loss cooldown and a third once it has run out
+for _i in range(3):
+    _rng = _random.Random(_hidden_seed("h-04-cdn") + 100 + _i)
+    _cooldown, _p = _rng.randint(4, 15), _rng.randint(6, 15)
+    _d = _rng.randint(2, _cooldown - 1)
+    _level, _glevel = _rng.uniform(0.5, 4.0), _rng.uniform(0.2, 5.0)
+    _seq = [dict(loss=_level * _rng.uniform(0.98, 1.02), grad_norm=_glevel * _rng.uniform(0.95, 1.05))
+            for _ in range(_p + _cooldown + 4)]
+    _seq[_p]["loss"] *= _rng.uniform(2.0, 6.0)
+    _seq[_p + 1]["grad_norm"] *= _rng.uniform(4.0, 12.0)
+    _seq[_p + _d]["loss"] *= _rng.uniform(2.0, 6.0)
+    _seq[_p + _cooldown + _rng.randint(0, 2)]["loss"] *= _rng.uniform(2.0, 6.0)
+    _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
+    assert _want[_p] and _want[_p + 1] and not _want[_p + _d], "grader: the hidden sequence is degenerate"
+    _got = _run(observe, _Policy(cooldown=_cooldown), _seq, off=(_Policy.observe,))
+    _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
+    assert not _bad, (f"random case {_i + 1} (cooldown {_cooldown}): a loss spike, a gradient spike the step after, a "
+                      f"loss spike {_d} steps after the first and one after its cooldown: your alerts differ from the "
+                      f"contract at steps {_bad[:5]}; each kind of alert has its own cooldown")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -442,8 +500,8 @@ if True:
             "a loss spike right after non-finite steps must still be one loss-spike alert"
         # a finite value on a non-finite step is not used either
         _p2 = _Policy()
-        for s in range(6):
-            observe(_p2, s, loss=2.0, grad_norm=1.0)
+        for _s in range(6):
+            observe(_p2, _s, loss=2.0, grad_norm=1.0)
         assert [a.kind for a in observe(_p2, 6, loss=9.0, grad_norm=float("nan"))] == ["non-finite"], \
             "a step with a NaN gradient norm and a high loss is one non-finite alert and nothing else"
         assert len(_p2.losses) == 6 and 9.0 not in _p2.losses, \
@@ -461,14 +519,76 @@ if True:
         # a NaN loss where the cooldown of a loss spike is running: still one alert, and the spike's
         # cooldown is not restarted by it
         _p4 = _Policy(cooldown=5)
-        for s in range(8):
-            observe(_p4, s, loss=2.0, grad_norm=1.0)
+        for _s in range(8):
+            observe(_p4, _s, loss=2.0, grad_norm=1.0)
         assert [a.kind for a in observe(_p4, 8, loss=6.0, grad_norm=1.0)] == ["loss-spike"], "a loss spike after calm steps"
         assert [a.kind for a in observe(_p4, 9, loss=float("nan"), grad_norm=1.0)] == ["non-finite"], \
             "a NaN loss inside a loss spike's cooldown is still one non-finite alert"
         assert observe(_p4, 12, loss=6.0, grad_norm=1.0) == [], "the loss spike's cooldown (5 steps from step 8) runs to step 12"
         assert [a.kind for a in observe(_p4, 13, loss=6.0, grad_norm=1.0)] == ["loss-spike"], \
             "the non-finite step must not restart or extend the loss spike's cooldown"
+# the same on random runs: loss spikes, each followed inside its cooldown by a run of non-finite
+# steps (NaN or +-inf in any value, some with a high finite value beside it, NaN validation losses
+# among improving ones), then another loss spike inside or just after the cooldown. Loss spikes are
+# the only finite alerts, so only the non-finite path decides the answer
+import random as _random
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+_NONFINITE = (float("nan"), float("inf"), float("-inf"))
+
+
+def _quarantine(rng):
+    cooldown, every = rng.randint(4, 12), rng.randint(2, 4)
+    base = dict(loss=rng.uniform(1.0, 4.0), grad_norm=rng.uniform(0.3, 3.0), tokens_per_s=rng.uniform(500.0, 3000.0))
+    n = rng.randint(60, 90)
+    seq = [{k: b * rng.uniform(0.97, 1.03) for k, b in base.items()} for _ in range(n)]
+    val = base["loss"] * rng.uniform(0.9, 1.0)
+    for s in range(every - 1, n, every):  # each finite validation loss a new best: no validation alert
+        val -= base["loss"] * rng.uniform(0.002, 0.01)
+        seq[s]["val_loss"] = val
+    s = rng.randint(8, 14)
+    while s + 2 * cooldown + 8 < n:
+        seq[s]["loss"] *= rng.uniform(2.0, 5.0)
+        run = rng.randint(2, 4)
+        for k in range(1, run + 1):
+            v = seq[s + k]
+            v[rng.choice(("loss", "grad_norm", "tokens_per_s", "val_loss"))] = rng.choice(_NONFINITE)
+            other = rng.choice(("loss", "grad_norm"))
+            if _math.isfinite(v[other]) and rng.random() < 0.5:
+                v[other] *= rng.uniform(4.0, 10.0)
+        seq[s + rng.randint(run + 1, cooldown + 2)]["loss"] *= rng.uniform(2.0, 5.0)
+        s += rng.randint(2 * cooldown + 4, 2 * cooldown + 12)
+    return cooldown, seq
+
+
+def _state(p):
+    return list(p.losses), list(p.grads), list(p.throughputs), p.best_val, p.evals_since_best
+
+
+for _i in range(3):
+    for _k in range(4):  # redraw a sequence where no loss spike is followed by two non-finite steps
+        _cooldown, _seq = _quarantine(_random.Random(_hidden_seed("h-04-nfq") + 4 * _i + _k))
+        _ref = _Policy(cooldown=_cooldown, patience=2)
+        _want = [sorted((a.step, a.kind) for a in _ref.observe(s, **v)) for s, v in enumerate(_seq)]
+        if any((s, "loss-spike") in _want[s] and _want[s + 1] == [(s + 1, "non-finite")]
+               and _want[s + 2] == [(s + 2, "non-finite")] for s in range(len(_seq) - 2)):
+            break  # a suitable draw
+    else:  # every redraw was unsuitable
+        raise AssertionError("grader: the hidden sequence is degenerate")
+    _p = _Policy(cooldown=_cooldown, patience=2)
+    _got, _changed = [], []
+    with _quiet(), _switched_off(_Policy.observe):
+        for _s, _v in enumerate(_seq):
+            _before = _state(_p)
+            _got.append(sorted((a.step, a.kind) for a in observe(_p, _s, **_v)))
+            if _want[_s] == [(_s, "non-finite")] and _state(_p) != _before:
+                _changed.append(_s)
+    _label = f"random run {_i + 1} (cooldown {_cooldown}; loss spikes followed by runs of non-finite steps)"
+    assert not _changed, (f"{_label}: the non-finite steps {_changed[:5]} changed the policy's state (policy.losses, "
+                          "grads, throughputs, best_val or evals_since_best): a non-finite step changes no state")
+    _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
+    assert not _bad, (f"{_label}: your alerts differ from the contract at steps {_bad[:5]}; every non-finite step "
+                      "is one non-finite alert, whatever the cooldown, and starts or restarts no cooldown")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -41,7 +41,7 @@ _ = torch.manual_seed(0)  # returns the generator; assigned so it is not printed
 # does not use (`eval-label-smoothing`). The last two change only how validation is measured, so they
 # score the *same trained model* as the healthy run.
 
-# %%
+# %% tags=["demo"]
 from course import ModelConfig, Pipeline
 from course.bugs import inject
 from course.reference.train import evaluate
@@ -316,17 +316,27 @@ with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max
     _got = float(shingle_jaccard([2, 2, 2, 2], [2, 2, 3], 2))
     assert abs(_got - 0.5) < 1e-9, f"shingles are a set, repeats count once: {{22}} and {{22,23}} share 1 of 2, got {_got}"
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(3)
-_trials = [(torch.randint(0, 3, (9,), generator=_g), torch.randint(0, 3, (7,), generator=_g)) for _ in range(20)]
-_expected = [[_overlap.shingle_jaccard(_a, _b, _n) for _n in (1, 2, 4)] for _a, _b in _trials]  # before switching off
+import random as _random
+
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-05-jac"))
+_g = torch.Generator().manual_seed(_rng.getrandbits(62))
+# random pairs over a small alphabet (so shingles repeat and are shared), of random lengths: some shorter than n
+_trials = [(torch.randint(0, _rng.randint(2, 4), (_rng.randint(0, 12),), generator=_g),
+            torch.randint(0, _rng.randint(2, 4), (_rng.randint(0, 12),), generator=_g)) for _ in range(20)]
+_trials = [(_a, _b.tolist() if _k % 2 else _b) for _k, (_a, _b) in enumerate(_trials)]  # every other pair: a tensor and a list
+_ns = sorted(_rng.sample(range(1, 6), 3))
+_expected = [[_overlap.shingle_jaccard(_a, _b, _n) for _n in _ns] for _a, _b in _trials]  # before switching off
 with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max_jaccard):
     assert shingle_jaccard([1, 1, 1, 1, 1], [1, 1, 2], 2) == 0.5, "shingles are a set: repeats count once"
     assert shingle_jaccard(torch.tensor([5, 6, 7]), [5, 6, 7], 3) == 1.0, "tensors and lists alike"
     assert shingle_jaccard([1, 2, 3], [3, 2, 1], 1) == 1.0 and shingle_jaccard([1, 2, 3], [3, 2, 1], 2) == 0.0, \
         "n=1: the same tokens in any order share every shingle; n=2: the reversed pairs share none"
-    for (_a, _b), _want in zip(_trials, _expected):
-        for _n, _w in zip((1, 2, 4), _want):
-            assert abs(float(shingle_jaccard(_a, _b, _n)) - _w) < 1e-9, f"wrong for {_a.tolist()}, {_b.tolist()}, n={_n}"
+    for _k, ((_a, _b), _want) in enumerate(zip(_trials, _expected)):
+        for _n, _w in zip(_ns, _want):
+            _kind = "a tensor and a list" if _k % 2 else "two tensors"
+            _short = " (one shorter than n)" if min(len(_a), len(_b)) < _n else ""
+            assert abs(float(shingle_jaccard(_a, _b, _n)) - _w) < 1e-9, f"wrong for random pair {_k}, {_kind}{_short}, n={_n}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -395,7 +405,7 @@ print(f"healthy model: validation {evaluate(healthy_run.model, BASE):.3f}, half 
 # 13). Split the windows at random and neighbours of one document land on both sides; split whole
 # documents and none do.
 
-# %%
+# %% tags=["demo"]
 docs = lang.sample(40, 200, seed=7)
 windows, doc_ids = overlap.sliding_windows(docs, length=BASE.seq_len + 1, stride=4)
 perm = torch.randperm(len(windows), generator=torch.Generator().manual_seed(0))
@@ -452,10 +462,16 @@ assert len({frozenset(_check_group_split(_doc_ids, 0.2, _s)) for _s in (1, 2, 3)
     "seeds 1, 2 and 3 gave the same split: different seeds should give different splits"
 _ = _check_group_split(torch.tensor([8, 8, 3]), 0.9, 0)  # two groups (ids 3 and 8): one goes to validation, never both
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(5)
-_groups = torch.randint(0, 30, (500,), generator=_g)
-_splits = {frozenset(_check_group_split(_groups, 0.3, _s)) for _s in range(4)}
-assert len(_splits) > 1, "different seeds should give different splits"
+import random as _random
+
+from course.exercises.grading import hidden_seed as _hidden_seed
+_rng = _random.Random(_hidden_seed("h-05-grp"))
+_g = torch.Generator().manual_seed(_rng.getrandbits(62))
+_ids = torch.tensor(_rng.sample(range(1000), _rng.randint(20, 40)))  # random group ids, not 0..n-1
+_groups = _ids[torch.randint(0, len(_ids), (_rng.randint(300, 600),), generator=_g)]  # items in random order
+_fraction = _rng.choice((0.2, 0.25, 0.3, 0.4, 0.5))
+_splits = {frozenset(_check_group_split(_groups, _fraction, _s)) for _s in _rng.sample(range(1000), 4)}
+assert len(_splits) > 1, "random groups, four random seeds: different seeds should give different splits"
 _ = _check_group_split(torch.tensor([7, 7, 9, 9, 9, 3]), 0.5, 1)
 _ = _check_group_split(torch.tensor([2, 5]), 0.9, 0)
 ### END HIDDEN TESTS

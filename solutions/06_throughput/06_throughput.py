@@ -399,9 +399,9 @@ from course.exercises.sets import SETS as _SETS
 from course.lessons import throughput as _throughput
 from course.exercises.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
 
-def _race_ok(pipe, save_at, steps_after, label):
+def _race_ok(pipe, save_at, steps_after, label, seed=0):
     with _captured_warnings(), _switched_off(_throughput.snapshot):
-        r = _throughput.race(pipe, take_snapshot, save_at=save_at, steps_after=steps_after)
+        r = _throughput.race(pipe, take_snapshot, save_at=save_at, steps_after=steps_after, seed=seed)
     assert not r.missing, f"{label}: your snapshot lacks {len(r.missing)} tensors of the state, e.g. {r.missing[:2]}"
     assert not r.differ, (f"{label}: {len(r.differ)} tensors of your checkpoint differ from the state at the step it "
                           f"was taken, e.g. {r.differ[:3]}: does each tensor share storage with the live one?")
@@ -411,11 +411,22 @@ def _race_ok(pipe, save_at, steps_after, label):
 _BASE = _SETS["06_throughput"].base  # the notebook's `BASE`
 _race_ok(_BASE, 4, 3, "this notebook's pipeline")
 ### BEGIN HIDDEN TESTS
-def _sgd_momentum(params, lr, weight_decay):
-    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+import functools as _functools
+import random as _random
+from course.exercises.grading import hidden_seed as _hidden_seed
 
-_race_ok(_BASE.replace(optimizer_factory=_sgd_momentum, lr=0.1), 3, 1, "SGD with momentum")
-_race_ok(_BASE.replace(weight_decay=0.01, language_seed=5), 6, 2, "another pipeline (h-06-r2)")
+def _sgd_momentum(params, lr, weight_decay, momentum):
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+# random pipelines (language, data, initialisation, rates) and random steps to save at and train after
+_rng = _random.Random(_hidden_seed("h-06-snp"))
+_sgd = _BASE.replace(optimizer_factory=_functools.partial(_sgd_momentum, momentum=_rng.uniform(0.8, 0.95)),
+                     lr=_rng.uniform(0.05, 0.2), data_seed=_rng.randrange(10_000))
+_race_ok(_sgd, _rng.randint(2, 4), _rng.randint(1, 2), "SGD with momentum, a random pipeline", seed=_rng.randrange(10_000))
+_other = _BASE.replace(weight_decay=_rng.uniform(0.001, 0.05), language_seed=_rng.randrange(10_000),
+                       data_seed=_rng.randrange(10_000), lr=_BASE.lr * _rng.uniform(0.5, 1.5))
+_race_ok(_other, _rng.randint(4, 7), _rng.randint(1, 3), "AdamW with weight decay, a random pipeline",
+         seed=_rng.randrange(10_000))
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -268,21 +268,36 @@ _check_diff(_manifest_a, _manifest_c, "today, with an entry added")
 _check_diff(_manifest_c, _manifest_a, "yesterday, against a manifest with an extra entry (it was removed)")
 ### BEGIN HIDDEN TESTS
 import copy as _copy
-_hp = _OLD.replace(data_seed=_OLD.data_seed + 17)
-_m0 = _manifest.manifest(_OLD, 3, 40, "a")
+import random as _random
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+# random runs of the same pipeline: seed, step count, data seed, thread count, the entries added,
+# removed and changed, all drawn
+_rng = _random.Random(_hidden_seed("h-07-mdf"))
+_seed, _steps = _rng.randrange(10_000), _rng.randint(20, 60)
+_label = lambda: f"run-{_rng.getrandbits(32):08x}"  # a run directory: only the run block sees it
+_m0 = _manifest.manifest(_OLD, _seed, _steps, _label())
 _threads = torch.get_num_threads()
-torch.set_num_threads(_threads + 1)
-_m_threads = _manifest.manifest(_OLD, 3, 40, "b")
+torch.set_num_threads(_threads + _rng.randint(1, 3))
+_m_threads = _manifest.manifest(_OLD, _seed, _steps, _label())
 torch.set_num_threads(_threads)
 _check_diff(_m0, _m_threads, "one run made with another thread count")
-_check_diff(_m0, _manifest.manifest(_hp, 3, 40, "c"), "another data seed")
-_check_diff(_m0, _manifest.manifest(_OLD, 3, 40, "d"), "the same run inputs, another run block")
+_hp = _OLD.replace(data_seed=_OLD.data_seed + _rng.randint(1, 10_000), lr=_OLD.lr * _rng.choice([0.3, 1.0, 3.0]))
+_check_diff(_m0, _manifest.manifest(_hp, _seed, _steps, _label()), "another data seed (and maybe learning rate)")
+_check_diff(_m0, _manifest.manifest(_OLD, _seed, _steps, _label()), "the same run inputs, another run block")
 _m_added = _copy.deepcopy(_m0)
-_m_added["code"]["part h07_extra"] = "5e1f0c"
-_m_added["environment"]["h07 flag"] = "True"
+for _c in _rng.sample(_manifest.COMPONENTS, 2):
+    _m_added[_c][f"{_c} extra {_rng.getrandbits(24):06x}"] = f"{_rng.getrandbits(24):06x}"
 _check_diff(_m0, _m_added, "a newer manifest with entries the old one lacks")
 _check_diff(_m_added, _m0, "an older manifest lacking entries the new one has")
-_m_seed = _manifest.manifest(_OLD, 4, 41, "e")
+_m_mixed = _copy.deepcopy(_m0)
+_c_removed, _c_changed, _c_added = (_rng.choice(_manifest.COMPONENTS) for _ in range(3))
+del _m_mixed[_c_removed][_rng.choice(sorted(_m_mixed[_c_removed]))]
+_m_mixed[_c_changed][_rng.choice(sorted(_m_mixed[_c_changed]))] = f"{_rng.getrandbits(24):06x}"
+_m_mixed[_c_added][f"{_c_added} extra {_rng.getrandbits(24):06x}"] = f"{_rng.getrandbits(24):06x}"
+_check_diff(_m0, _m_mixed, "an entry removed, one changed and one added")
+_check_diff(_m_mixed, _m0, "the same, the other way round")
+_m_seed = _manifest.manifest(_OLD, _seed + _rng.randint(1, 100), _steps + _rng.randint(1, 10), _label())
 _check_diff(_m0, _m_seed, "another seed and step count")
 ### END HIDDEN TESTS
 

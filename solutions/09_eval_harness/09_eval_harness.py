@@ -224,18 +224,23 @@ assert abs(_got[1] - _want[1]) < 1e-4, "two-token option: sum the log-probabilit
 assert abs(_got[2] - _want[2]) < 1e-4, "with delimiter='' the continuation is the bare choice: 'glint', then ' o'"
 ### BEGIN HIDDEN TESTS
 import random as _random
-_rng = _random.Random("h-09-ol3")
-_hc = []
-for _ in range(12):
-    _ctx = " ".join(_rng.choice(_h.WORDS) for _ in range(_rng.randint(1, 6)))
-    _ch = " ".join(_rng.choice(_h.WORDS) for _ in range(_rng.randint(1, 3)))
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+_rng = _random.Random(_hidden_seed("h-09-olp"))
+_hc, _kinds = [], []
+for _i in range(12):
+    _nc, _nw = _rng.randint(1, 6), _rng.randint(1, 3)
+    _ctx = " ".join(_rng.choice(_h.WORDS) for _ in range(_nc))
+    _ch = " ".join(_rng.choice(_h.WORDS) for _ in range(_nw))
     _hc.append((_ctx, _ch, _rng.choice([" ", " ", ""])))
+    _kinds.append(f"random case {_i + 1} ({_nc}-word context, {_nw}-word choice, delimiter {_hc[-1][2]!r})")
 _hc.append(("o\nka", "ti", " "))
+_kinds.append("a context with a newline ('o\\nka'), choice 'ti', delimiter ' '")
 _hw = [_ref(*c) for c in _hc]
 with _captured(), _off(_h.score_continuations, _h.run):
     _hg = [float(option_logprob(_model, *c)) for c in _hc]
-for _c, _w, _g in zip(_hc, _hw, _hg):
-    assert abs(_g - _w) < 1e-4, f"wrong for context {_c[0]!r}, choice {_c[1]!r}, delimiter {_c[2]!r}: you gave {_g:.4f}"
+for _k, _w, _g in zip(_kinds, _hw, _hg):
+    assert abs(_g - _w) < 1e-4, f"wrong log-probability for {_k}: you gave {_g:.4f}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -321,17 +326,43 @@ assert abs(float(_d[0]) - 0.5) < 1e-9 and abs(float(_d[1]) - 1.0) < 1e-9, \
     "with lls a 2-D tensor and gold a 1-D tensor: the same rules (acc 0.5, acc_norm 1.0 here)"
 ### BEGIN HIDDEN TESTS
 import random as _random
-_rng = _random.Random("h-09-acc7")
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+_rng = _random.Random(_hidden_seed("h-09-acn"))
 _lls = [[_rng.uniform(-12, -0.5) for _ in range(4)] for _ in range(60)]
 _ch = [[" ".join(_rng.choice(_h.WORDS) for _ in range(_rng.randint(1, 3))) for _ in range(4)] for _ in range(60)]
 _gd = [_rng.randrange(4) for _ in range(60)]
+# close items: the shortest option is behind the longest per character, ahead per (character + 1),
+# so acc_norm depends on dividing by len(choice) exactly
+_close = []
+for _ in range(8):
+    _opts = [" ".join(_rng.choice(_h.WORDS) for _ in range(_rng.randint(1, 3))) for _ in range(4)]
+    _lo, _hi = min(range(4), key=lambda _j: len(_opts[_j])), max(range(4), key=lambda _j: len(_opts[_j]))
+    if len(_opts[_lo]) == len(_opts[_hi]):  # all four as long: make another one longer
+        _hi = (_lo + 1) % 4
+        _opts[_hi] += " ka"
+    _ls, _ll = len(_opts[_lo]), len(_opts[_hi])
+    _r = _rng.uniform(-3.0, -0.3)  # the longest option's log-likelihood per character
+    _rs = _r * (1 + _rng.uniform(0.2, 0.8) * (_ll * (_ls + 1) / ((_ll + 1) * _ls) - 1))
+    _row = [_r * _rng.uniform(2.0, 3.0) * len(_o) for _o in _opts]  # the other two: far behind either way
+    _row[_lo], _row[_hi] = _rs * _ls, _r * _ll
+    _close.append((_row, _opts, _rng.choice([_lo, _hi])))
+_items1 = list(zip(_lls[:12], _ch[:12], _gd[:12])) + _close
 _want = _h.accuracies(_lls, _ch, _gd)
+_want1 = [_h.accuracies([_l], [_c], [_y]) for _l, _c, _y in _items1]  # item by item
 with _captured(), _off(_h.accuracies, _h.correct_per_item):
     _got = accuracies(torch.tensor(_lls, dtype=torch.float64), _ch, torch.tensor(_gd))
     _got2 = accuracies(_lls, _ch, _gd)
-assert abs(float(_got[0]) - _want[0]) < 1e-9, "acc is wrong on random items (tensors in)"
-assert abs(float(_got[1]) - _want[1]) < 1e-9, "acc_norm is wrong on random items (tensors in): divide by len(choice)"
-assert abs(float(_got2[0]) - _want[0]) < 1e-9 and abs(float(_got2[1]) - _want[1]) < 1e-9, "wrong on random items (lists in)"
+    _got1 = [accuracies([_l], [_c], [_y]) for _l, _c, _y in _items1]
+assert abs(float(_got[0]) - _want[0]) < 1e-9, "acc is wrong on 60 random items (tensors in)"
+assert abs(float(_got[1]) - _want[1]) < 1e-9, "acc_norm is wrong on 60 random items (tensors in): divide by len(choice)"
+assert abs(float(_got2[0]) - _want[0]) < 1e-9 and abs(float(_got2[1]) - _want[1]) < 1e-9, \
+    "wrong on 60 random items (lists in)"
+for _i, (_w, _g) in enumerate(zip(_want1, _got1)):
+    _what = f"random item {_i + 1}" if _i < 12 else f"close item {_i - 11} (options near each other per character)"
+    assert abs(float(_g[0]) - _w[0]) < 1e-9, f"acc is wrong on {_what}, given alone (lists in)"
+    assert abs(float(_g[1]) - _w[1]) < 1e-9, \
+        f"acc_norm is wrong on {_what}, given alone (lists in): divide by len(choice), in characters"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -559,7 +590,21 @@ _OFF = (_h.significantly_better, _h.paired_bootstrap, _h.bootstrap_ci, _h.unpair
 _noise, _real = _h.judge_cases("")
 _assert_detector(lambda pair: significantly_better(*pair), _noise, _real, "judge", off=_OFF)
 ### BEGIN HIDDEN TESTS
-_noise, _real = _h.judge_cases("h-09-pb5")
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+
+def _z(pair):  # mean(b - a) in paired standard errors
+    _d = pair[1].double() - pair[0].double()
+    _se = float(_d.std() / len(_d) ** 0.5)
+    return float(_d.mean()) / _se if _se > 0 else (float("inf") if float(_d.mean()) > 0 else 0.0)
+
+
+for _k in range(8):  # the pairs the exercise promises: noise within one paired standard error, gains 2.5 above
+    _noise, _real = _h.judge_cases(str(_hidden_seed("h-09-jdg") + _k))
+    if all(_z(p) <= 1.0 for p in _noise.values()) and all(_z(p) >= 2.5 for p in _real.values()):
+        break  # a suitable draw
+else:  # every redraw was unsuitable
+    raise AssertionError("grader: no fresh judge pairs met the stated margins")
 _assert_detector(lambda pair: significantly_better(*pair), _noise, _real, "judge (fresh pairs)", off=_OFF)
 ### END HIDDEN TESTS
 

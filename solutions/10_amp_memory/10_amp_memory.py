@@ -273,8 +273,8 @@ from course.lessons import amp as _amp
 from course.exercises.grading import captured_warnings as _cw, switched_off as _off
 
 
-def _check_amp_step(seeds, clip):
-    for s in seeds:
+def _check_amp_step(seeds, clip, labels=None):
+    for s, name in zip(seeds, labels or [f"toy {s}" for s in seeds]):
         for poison in (False, True):
             m, o, l = _amp.toy_problem(s, poison=poison)
             g = _torch.autograd.grad(l, m.weight, retain_graph=True)[0]
@@ -286,32 +286,45 @@ def _check_amp_step(seeds, clip):
             assert isinstance(got, bool) or type(got).__name__ == "bool_", "amp_step must return True or False"
             dw = (w0 - m.weight.detach())
             if poison:
-                assert bool(got), f"toy {s}: the gradient held inf, but amp_step returned {got!r} (compare the scale across update())"
-                assert _torch.equal(m.weight.detach(), w0), f"toy {s}: the weights moved on a step with an inf gradient"
-                assert sc.get_scale() == s0 / 2, f"toy {s}: the scale should halve after a skipped step (did you call update()?)"
+                assert bool(got), f"{name}: the gradient held inf, but amp_step returned {got!r} (compare the scale across update())"
+                assert _torch.equal(m.weight.detach(), w0), f"{name}: the weights moved on a step with an inf gradient"
+                assert sc.get_scale() == s0 / 2, f"{name}: the scale should halve after a skipped step (did you call update()?)"
             else:
-                assert not bool(got), f"toy {s}: a clean step was reported as skipped"
+                assert not bool(got), f"{name}: a clean step was reported as skipped"
                 want = g * min(1.0, clip / (g.norm().item() + 1e-6))
                 assert _torch.allclose(dw, want, rtol=1e-4, atol=1e-5), \
-                    f"toy {s}: the weights moved by the wrong amount (clip the unscaled gradients to norm {clip})"
-            assert all(p.grad is None or not p.grad.any() for p in m.parameters()), f"toy {s}: gradients left uncleared"
+                    f"{name}: the weights moved by the wrong amount (clip the unscaled gradients to norm {clip})"
+            assert all(p.grad is None or not p.grad.any() for p in m.parameters()), f"{name}: gradients left uncleared"
 
 
 _check_amp_step([0, 1, 2], clip=1.0)
 ### BEGIN HIDDEN TESTS
-_check_amp_step([5, 11, 23], clip=0.37)
-_check_amp_step([8], clip=100.0)
-for _s in (3, 4):  # a finite loss whose scaled gradient overflows float32: the scaler skips this step too
+import random as _random
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+_rng = _random.Random(_hidden_seed("h-10-stp"))
+_check_amp_step([_rng.randrange(2**62) for _ in range(3)], clip=_rng.uniform(0.2, 0.8),
+                labels=[f"random toy {i} (a small clip)" for i in (1, 2, 3)])
+_check_amp_step([_rng.randrange(2**62)], clip=_rng.uniform(60.0, 200.0), labels=["random toy 4 (a clip above its norm)"])
+_over = []
+for _ in range(12):  # toys whose loss is finite and whose gradient times 2**127 overflows float32
+    _s = _rng.randrange(2**62)
     _m, _o, _l = _amp.toy_problem(_s)
     _g = _torch.autograd.grad(_l, _m.weight, retain_graph=True)[0]
-    assert _torch.isfinite(_l) and not _torch.isfinite(_g * 2.0 ** 127).all(), "grader: the case does not overflow"
+    if _torch.isfinite(_l) and not _torch.isfinite(_g * 2.0 ** 127).all():
+        _over.append((_m, _o, _l))
+    if len(_over) == 2:
+        break
+assert len(_over) == 2, "grader: too few overflowing toys drawn"
+for _i, (_m, _o, _l) in enumerate(_over):  # a finite loss whose scaled gradient overflows: the scaler skips this step too
     _w0, _sc = _m.weight.detach().clone(), _torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
     with _cw(), _off(_amp.scaled_step):
         _got = amp_step(_m, _o, _sc, _l, 1.0)
-    assert bool(_got), (f"toy {_s}: the loss was finite but its scaled gradient overflowed, so the scaler "
-                        f"skipped the step; amp_step returned {_got!r}: report what the scaler did (its scale "
-                        "across update()), not the loss")
-    assert _torch.equal(_m.weight.detach(), _w0), f"toy {_s}: the weights moved on a step the scaler skipped"
+    assert bool(_got), (f"random overflowing toy {_i + 1}: the loss was finite but its scaled gradient overflowed, "
+                        f"so the scaler skipped the step; amp_step returned {_got!r}: report what the scaler did "
+                        "(its scale across update()), not the loss")
+    assert _torch.equal(_m.weight.detach(), _w0), \
+        f"random overflowing toy {_i + 1}: the weights moved on a step the scaler skipped"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -638,7 +651,7 @@ _mystery.check_fix(fix_fp16, [_mystery.make(b, 30 + i, _pbase) for i, b in enume
 # The loop closed on the draws above: the same test that saw each symptom, re-run on each draw after
 # your fix (the reference check `amp.overflow_problems` beside it, on seed 3).
 
-# %%
+# %% tags=["demo"]
 for name, p in fp16_mysteries.items():
     fixed = fix_fp16(p)
     print(f"{name}: detect before {bool(detect_fp16(p))}, after {bool(detect_fp16(fixed))}; "
@@ -1053,7 +1066,9 @@ if _torch.cuda.is_available():
     _held = _torch.empty(8 * 2**20, dtype=_torch.uint8, device="cuda")  # memory allocated before must not count
     _check_peak(1)
     ### BEGIN HIDDEN TESTS
-    _check_peak(_random.Random("h-10-g9k").randrange(10**6))
+    from course.exercises.grading import hidden_seed as _hidden_seed
+    _check_peak(_hidden_seed("h-10-pkb"))
+    _check_peak(_hidden_seed("h-10-pkb") + 1)
     ### END HIDDEN TESTS
     del _held
 elif _os.environ.get("NBGRADER_EXECUTION") == "autograde":  # graded as a GPU test without CUDA

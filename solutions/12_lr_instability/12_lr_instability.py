@@ -227,18 +227,32 @@ with _captured(), _off(_instability.clipped_fraction):
     assert float(clipped_fraction([3.0, 4.0], 0.01)) == 1.0 and float(clipped_fraction([3.0, 4.0], 100.0)) == 0.0, \
         "a threshold below every norm clips all steps, one above every norm clips none"
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(12)
-_lists = [torch.rand(17, generator=_g) * 3 for _ in range(10)]
-_lists[3][5] = float("nan")
-_lists[7][0] = float("-inf")
-_want = [[_instability.clipped_fraction(_l.tolist(), _t) for _t in (0.5, 1.0, 2.9)] for _l in _lists]  # before switching off
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+_g = torch.Generator().manual_seed(_hidden_seed("h-12-clf"))
+_lists = [torch.rand(int(torch.randint(4, 30, (1,), generator=_g)), generator=_g) * (0.5 + 4 * float(torch.rand(1, generator=_g)))
+          for _ in range(10)]
+for _bad in (float("nan"), float("-inf"), float("inf")):  # non-finite norms in random lists, at random steps
+    _l = _lists[int(torch.randint(10, (1,), generator=_g))]
+    _l[int(torch.randint(len(_l), (1,), generator=_g))] = _bad
+_thresholds = []
+for _l in _lists:  # two thresholds inside the norms' range, and one equal to one of the finite norms
+    _finite = [_x for _x in _l.tolist() if math.isfinite(_x)]  # lists of 4 or more: at least one is finite
+    _top = max(_finite)
+    _thresholds.append([float(torch.rand(1, generator=_g)) * _top, float(torch.rand(1, generator=_g)) * _top,
+                        _finite[int(torch.randint(len(_finite), (1,), generator=_g))]])
+_KIND = ("a random threshold", "another random threshold", "a threshold equal to one of the norms")
+_want = [[_instability.clipped_fraction(_l.tolist(), _t) for _t in _ts]
+         for _l, _ts in zip(_lists, _thresholds)]  # before switching off
 with _captured(), _off(_instability.clipped_fraction):
     assert float(clipped_fraction([float("-inf")], 1.0)) == 1.0, "-inf is non-finite: clipped"
     assert float(clipped_fraction([2.0], 2.0)) == 0.0, "equal to the threshold: not clipped"
-    for _l, _w in zip(_lists, _want):
-        for _t, _x in zip((0.5, 1.0, 2.9), _w):
-            assert abs(float(clipped_fraction(_l, _t)) - _x) < 1e-6, f"wrong fraction for threshold {_t}"
-            assert abs(float(clipped_fraction(_l.tolist(), _t)) - _x) < 1e-6, f"wrong fraction for a list, threshold {_t}"
+    for _i, (_l, _ts, _w) in enumerate(zip(_lists, _thresholds, _want)):
+        for _kind, _t, _x in zip(_KIND, _ts, _w):
+            assert abs(float(clipped_fraction(_l, _t)) - _x) < 1e-6, \
+                f"wrong fraction for random tensor {_i + 1} ({len(_l)} norms), {_kind}"
+            assert abs(float(clipped_fraction(_l.tolist(), _t)) - _x) < 1e-6, \
+                f"wrong fraction for random list {_i + 1} ({len(_l)} norms), {_kind}"
 ### END HIDDEN TESTS
 
 # %% tags=["demo"]
@@ -390,17 +404,27 @@ with _captured(), _off(_instability.real_change, _instability.spread):
     assert bool(real_change(torch.tensor([1.0, 1.2]), torch.tensor([0.7, 0.75]))) is True, "tensors work like lists"
     assert real_change([1.0, 1.5], [0.75, 0.75]) in (False,), "a decrease (0.5) equal to the range (0.5) is not more than it"
 ### BEGIN HIDDEN TESTS
-_g = torch.Generator().manual_seed(1212)
-_pairs = [((torch.rand(int(torch.randint(1, 6, (1,), generator=_g)), generator=_g) + _s).tolist(),
-           torch.rand(int(torch.randint(1, 6, (1,), generator=_g)), generator=_g).tolist())
-          for _s in (0.0, 0.3, 0.6, 0.9, 1.2, 1.5) for _ in range(4)]
-_want = [_instability.real_change(_b, _c) for _b, _c in _pairs]  # before switching off
-assert len(set(_want)) == 2, "the hidden cases hold both answers"
+from course.exercises.grading import hidden_seed as _hidden_seed
+
+for _k in range(8):  # random pairs that hold both answers, a gain inside the noise, and a gain inside the candidate's range only
+    _g = torch.Generator().manual_seed(_hidden_seed("h-12-rch") + _k)
+    _pairs = [((torch.rand(int(torch.randint(1, 6, (1,), generator=_g)), generator=_g) + _s).tolist(),
+               torch.rand(int(torch.randint(1, 6, (1,), generator=_g)), generator=_g).tolist())
+              for _s in (0.0, 0.3, 0.6, 0.9, 1.2, 1.5) for _ in range(4)]
+    _want = [_instability.real_change(_b, _c) for _b, _c in _pairs]  # before switching off
+    _sp = [(_instability.spread(_b), _instability.spread(_c)) for _b, _c in _pairs]
+    _gain = [_sb["mean"] - _sc["mean"] for _sb, _sc in _sp]
+    if (len(set(_want)) == 2 and any(_x > 0 and not _w for _x, _w in zip(_gain, _want))
+            and any(_sb["range"] < _x <= _sc["range"] for _x, (_sb, _sc) in zip(_gain, _sp))):
+        break  # a suitable draw
+else:  # every redraw was unsuitable
+    raise AssertionError("grader: no random pairs held every kind of case")
 with _captured(), _off(_instability.real_change, _instability.spread):
     assert real_change([3.0, 1.0], [0.1, 0.3, 0.2]) in (False,), "gain 1.8 against the baseline's range 2.0"
     assert real_change([1.0, 1.0, 1.0], [0.99]) in (True,), "ranges 0: a gain of 0.01 counts"
-    for (_b, _c), _w in zip(_pairs, _want):
-        assert bool(real_change(_b, _c)) is _w, f"wrong for baseline {_b} and candidate {_c}"
+    for _i, ((_b, _c), _w) in enumerate(zip(_pairs, _want)):
+        assert bool(real_change(_b, _c)) is _w, \
+            f"wrong for random pair {_i + 1} (a baseline of {len(_b)} seeds, a candidate of {len(_c)})"
 ### END HIDDEN TESTS
 
 # %% [markdown]
