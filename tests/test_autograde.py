@@ -48,7 +48,7 @@ ASSIGNMENTS = grading.assignments()
 # are graded on their test cells' own draws. COURSE_DRAW_KEY set in the environment grades every
 # assignment with that key instead: how an instructor checks a key of their own against every case.
 TEST_DRAW_KEY = b"course-tests-key-1"
-KEYED = ("04_late_spike", "12_lr_instability")
+KEYED = ("01_baselines", "03_overfit_controls", "04_late_spike", "12_lr_instability")
 CASES = REAL_CASES + [c for c in toy_course.CASES if c.assignment in ASSIGNMENTS]
 SOLUTION, RELEASE = "solution", "release_untouched"
 
