@@ -314,7 +314,7 @@ for _ in range(12):  # toys whose loss is finite and whose gradient times 2**127
     if _torch.isfinite(_l) and not _torch.isfinite(_g * 2.0 ** 127).all():
         _over.append((_m, _o, _l))
     if len(_over) == 2:
-        break
+        break  # two overflowing toys drawn
 assert len(_over) == 2, "grader: too few overflowing toys drawn"
 for _i, (_m, _o, _l) in enumerate(_over):  # a finite loss whose scaled gradient overflows: the scaler skips this step too
     _w0, _sc = _m.weight.detach().clone(), _torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
