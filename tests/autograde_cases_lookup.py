@@ -31,6 +31,7 @@ import base64
 import json
 
 from autograder.grading import Case, nbgrader_meta
+from autograde_cases_replay import _test_sources
 from autograde_cases_routes import SOLUTIONS, _source, lost_cells
 
 # assignment: {answer cell: the functions it defines that the table answers}
@@ -140,15 +141,8 @@ for _lk_name in _LK_NAMES:
 
 
 def _tests_reading(assignment: str, names: tuple) -> list[str]:
-    """The text of every autograder-test cell that reads one of ``names``."""
-    out = []
-    for cell in _source(assignment)["cells"]:
-        meta = nbgrader_meta(cell)
-        src = "".join(cell["source"])
-        if cell["cell_type"] == "code" and meta.get("grade") and not meta.get("solution") \
-                and any(n in src for n in names):
-            out.append(src)
-    return out
+    """The text of every autograder-test cell that mentions one of ``names``."""
+    return [src for src in _test_sources(assignment) if any(n in src for n in names)]
 
 
 def _cases() -> list:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from autograder.grading import HIDDEN
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(ROOT.glob("solutions/*/*.ipynb"))
 BUILTINS = frozenset(dir(builtins)) | {"get_ipython", "display", "__file__"}
@@ -107,14 +109,15 @@ def notebook_globals_read(nb: dict) -> dict:
 HIDDEN_MAKERS = frozenset({"hidden", "grading_draws", "fresh_draws"})
 
 
+def _call_name(call: ast.Call) -> str:
+    """The name a call calls: ``f`` of ``f(...)`` and of ``x.f(...)``; "" for anything else."""
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
 def _calls(node: ast.AST) -> set:
     """The names of the functions ``node`` calls (``f(...)`` and ``x.f(...)``)."""
-    out = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Call):
-            f = n.func
-            out.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
-    return out
+    return {_call_name(n) for n in ast.walk(node) if isinstance(n, ast.Call)}
 
 
 def hidden_after_kernel_rerun(nb: dict) -> list:
@@ -194,7 +197,7 @@ FORM_ONLY = {
     ("11_capstone", "test_my_name_hidden"): "the learner's name against the id graded",
     ("11_capstone", "test_diagnosis"): "the learner's own record, checked for form",
 }
-HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+HIDDEN_BEGIN, HIDDEN_END = HIDDEN  # the markers nbgrader strips from the release
 
 
 def _hidden_lines(text: str) -> set:
@@ -225,8 +228,7 @@ def _salted(call: ast.Call, salt_names: frozenset = frozenset()) -> bool:
     or a call given a salt (a ``salt=`` keyword that is not empty, or an argument that is a string
     in the course's salt form or a name the cell bound to one, passed on to a draw or to a cell's
     own helper that draws with it)."""
-    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
-    if name.endswith("hidden_seed"):
+    if _call_name(call).endswith("hidden_seed"):
         return True
     values = list(call.args) + [k.value for k in call.keywords]
     if any(k.arg == "salt" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in call.keywords):
@@ -237,8 +239,7 @@ def _salted(call: ast.Call, salt_names: frozenset = frozenset()) -> bool:
 
 def _fixed_seed(call: ast.Call) -> bool:
     """``manual_seed(<constant>)`` or ``Random(<constant>)``: a seed the repository's text gives."""
-    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
-    return name in ("manual_seed", "Random", "seed") and bool(call.args) and isinstance(call.args[0], ast.Constant)
+    return _call_name(call) in ("manual_seed", "Random", "seed") and bool(call.args) and isinstance(call.args[0], ast.Constant)
 
 
 def unsalted_tests(nb: dict, assignment: str = "") -> dict:
