@@ -11,7 +11,7 @@ import pytest
 
 from course import Pipeline
 from course.exercises import mystery
-from course.exercises.grading import SwitchedOff, assert_detector, assert_names
+from course.exercises.grading import SwitchedOff, assert_detector, assert_names, graded_calls
 from course.exercises.isolation import Sealed, private_helpers, run_apart
 
 SMALL = Pipeline().replace(steps=5, n_train=256, n_val=64)
@@ -243,6 +243,10 @@ def test_exceptions_come_back_with_their_type_and_message():
         assert_detector(unfinished, {"h": 0}, {"b": 1})
     with pytest.raises(ZeroDivisionError, match="division"):
         assert_names(lambda case: str(1 / case), {"a": (0, "x"), "b": (1, "y")})
+    with pytest.raises(TypeError, match="unsupported operand"):  # the type the grader's own checks raise too
+        assert_names(lambda case: str(case + "x"), {"a": (0, "x"), "b": (1, "y")})
+    with pytest.raises(RuntimeError, match="UnicodeDecodeError"):  # one that takes other arguments
+        assert_names(lambda case: b"\xff".decode(), {"a": (0, "x"), "b": (1, "y")})
 
 
 def test_what_a_graded_call_prints_is_shown(capfd):
@@ -732,8 +736,8 @@ def test_a_fix_whose_kernel_rerun_reads_the_answer_cannot_rewrite_the_choice_mad
     reached = []
 
     def zero_work(pipe):
-        f = sys._getframe(1)
         try:
+            f = sys._getframe(1)
             while f is not None and f.f_code.co_name != "check_fix":
                 f = f.f_back
         except Sealed:  # apart, where frames are refused: nothing done
@@ -754,3 +758,15 @@ def test_a_fix_whose_kernel_rerun_reads_the_answer_cannot_rewrite_the_choice_mad
     with pytest.raises(AssertionError, match="chose differently in the kernel"):
         mystery.check_fix(zero_work, [draws["broken"]], lambda fixed: None)
     assert reached and "drawn" in reached[0], "control: the re-run read check_fix's frame"
+
+
+def test_the_learners_code_cannot_take_the_frame_that_called_it():
+    """``sys._getframe(n)`` from a learner's function handed out the package frame that called it
+    (a library frame), whose locals a package function that calls learner code may hold its
+    reference in (06's race did). Refused apart; the control, the same call in this process,
+    gets the caller's frame."""
+    def caller_locals(case):
+        return sorted(sys._getframe(1).f_locals)
+    assert caller_locals(0), "control: in this process the caller's frame is there to read"
+    with pytest.raises(Sealed, match="sys._getframe"):
+        graded_calls(caller_locals, [0])

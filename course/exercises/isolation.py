@@ -14,8 +14,9 @@ submission registered one), and, in the child, before any learner code runs:
    (``course.exercises.pristine``), and says what it put back; only then reads the random state
    and the shell;
 1. **forgets the answers**: the draw registry of ``course.exercises.mystery`` is emptied; the data the running
-   test cell assigned at its top level (its expected answers, its labelled draws; the functions it
-   defines stay, with their closures) is deleted; IPython's input and output history, the source
+   test cell assigns at its top level, in any of its statements (its expected answers, its labelled
+   draws and inputs; the functions, classes and modules it binds stay, with their closures), is
+   deleted, so a wrapper the test hands to a graded call gets its inputs through its case; IPython's input and output history, the source
    cache (``linecache``: the test cell's source, with its hidden bug names and salts) and the
    kernel's copy of the request are blanked; ``sys.last_*`` cleared; every Python signal handler is
    reset (a handler runs on the frames of the test);
@@ -57,11 +58,13 @@ Where ``os.fork`` does not exist (Windows), ``run_apart`` calls in-process and s
 
 from __future__ import annotations
 
+import ast
 import builtins
 import dis
 import gc
 import io
 import json
+import linecache
 import os
 import re
 import select
@@ -85,6 +88,8 @@ _dumps, _loads = json.dumps, json.loads
 _FunctionType, _ModuleType = types.FunctionType, types.ModuleType
 _isinstance, _type, _getattr, _tuple = isinstance, type, getattr, tuple
 _modules = sys.modules
+_compile, _line_cache = compile, linecache.cache  # the dict IPython's compiler writes each cell's text to
+_parse, _walk, _Import, _ImportFrom, _Name, _Store = ast.parse, ast.walk, ast.Import, ast.ImportFrom, ast.Name, ast.Store
 
 from . import pristine as _pristine  # noqa: E402
 
@@ -162,7 +167,12 @@ def _make_hook(keeper_code=None):
             frame = args[0] if args else None
             if frame is None:
                 return None
-            if not library(frame.f_code.co_filename) or chain_sealed(frame):
+            # refused: a notebook's frame to anyone (``inspect.currentframe()``), any frame to a
+            # notebook's code (``sys._getframe(2)`` from the learner's function reaches the package
+            # frame that called it, and that frame's locals), a frame in or below a mystery part
+            caller = getframe(2)
+            if not library(frame.f_code.co_filename) or caller is None or not library(caller.f_code.co_filename) \
+                    or chain_sealed(frame):
                 return message.format("sys._getframe")
             return None
         if event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs:
@@ -226,6 +236,32 @@ def _stored_names(code: types.CodeType) -> set[str]:
     return {i.argval for i in dis.get_instructions(code) if i.opname in ("STORE_NAME", "STORE_GLOBAL")}
 
 
+def _cell_stored_names(code: types.CodeType) -> set[str]:
+    """Names the whole running cell assigns at its top level. IPython compiles and runs a cell one
+    statement at a time, so the running frame's code holds only its own statement's names (a
+    test's expected values, stored by an earlier statement, are not among them); the cell's text,
+    as IPython compiled it, is in its compile cache (``linecache``) under the frame's file name.
+    That entry is written as the test cell is compiled, and the grading guard checks at the test
+    cell's start that the cache is the original dict. Names the cell binds only by importing them
+    stay. Without an entry, the statement's own names."""
+    names = _stored_names(code)
+    entry = _line_cache.get(code.co_filename)
+    if _type(entry) is _tuple and len(entry) >= 3 and _type(entry[2]) is list:
+        text = "".join(entry[2])
+        try:
+            stored = _stored_names(_compile(text, code.co_filename, "exec", dont_inherit=True))
+            tree = _parse(text)
+        except (SyntaxError, ValueError, TypeError):
+            return names
+        # a name the cell only imports stays: a package constant (``from course import IGNORE``)
+        # holds no answer, and the learner's code may read the same name from its own import
+        imported = {(a.asname or a.name).split(".")[0] for n in _walk(tree) if _isinstance(n, (_Import, _ImportFrom))
+                    for a in n.names}
+        assigned = {n.id for n in _walk(tree) if _isinstance(n, _Name) and _isinstance(n.ctx, _Store)}
+        names |= stored - (imported - assigned)
+    return names
+
+
 def _forget(user_ns: dict | None, frame) -> None:
     """Drop every answer this process holds (called in the child, before the seal)."""
     for name, clear in (("course.exercises.mystery", "forget_all"), ("course.exercises.capstone", "forget_all")):
@@ -245,7 +281,7 @@ def _forget(user_ns: dict | None, frame) -> None:
         # draws, loop variables); functions, classes and modules it defined stay callable
         while frame is not None:
             if frame.f_globals is user_ns and frame.f_code.co_name == "<module>":
-                for name in _stored_names(frame.f_code):
+                for name in _cell_stored_names(frame.f_code):
                     value = user_ns.get(name, _FunctionType)
                     if not _isinstance(value, (_FunctionType, type, _ModuleType)):
                         user_ns.pop(name, None)
@@ -539,12 +575,15 @@ def _raise_error(info: dict) -> None:
     if kind == "sealed":
         raise Sealed(message)
     cls = _getattr(builtins, info["type"], None)
+    err = None
     if _isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == "builtins":
         try:
-            raise cls(message)
-        except TypeError:
+            err = cls(message)
+        except TypeError:  # a builtin exception that takes other arguments (UnicodeDecodeError)
             pass
-    raise RuntimeError(f"{info['type']}: {message}")
+    if err is None:
+        err = RuntimeError(f"{info['type']}: {message}")
+    raise err
 
 
 @dataclass(frozen=True)
