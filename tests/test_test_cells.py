@@ -297,3 +297,77 @@ def test_the_salt_check_accepts_a_salted_seed_and_a_salted_draw():
     assert unsalted_tests(_toy(drawn)) == {}
     assert unsalted_tests(_toy(by_name)) == {}
     assert unsalted_tests(_toy(other_name)) == {"test_detect": "nothing in the hidden part is drawn under the grader's secret"}
+
+
+# The graded calls: each runs the learner's function in a forked, sealed child where the running
+# test cell's data was deleted (course.exercises.isolation.run_apart). ``check_fix`` re-runs a fix in
+# the kernel too, by design and too late to matter (its docstring says why).
+GRADED_CALLERS = frozenset({"graded_calls", "assert_detector", "assert_names", "check_fix"})
+# Answers a test cell may use in the kernel, each named with the reason no test data is there to read.
+IN_KERNEL = {
+    ("10_amp_memory", "test_peak_bytes"): "a GPU test: CUDA cannot run in a forked child, so peak_bytes runs in "
+                                          "the kernel (its inputs are the function it measures; the expected "
+                                          "peak is computed after it returns)",
+    ("11_capstone", "MY_NAME"): "a string, not a function: under grading `identity` returns the grader's id "
+                                "without reading it, and test_my_name reads it before any test data exists",
+}
+
+
+def learner_code_in_kernel(nb: dict, assignment: str = "") -> dict:
+    """{grade_id: sorted names} of the test cells that use a learner's answer (a name an answer cell
+    defines) anywhere but in the first argument of a graded call (the function itself, or a lambda
+    or call that wraps it there). Such a use runs the learner's code in the kernel, where the test's
+    own data is a notebook global and its frame is one ``sys._getframe`` away: an answer can read
+    the expected value (route (f) of docs/grading-integrity.md)."""
+    allowed = answers(nb)
+    found = {}
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        if cell["cell_type"] != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        if (assignment, meta.get("grade_id")) in IN_KERNEL:
+            continue
+        tree = ast.parse(_source(cell))
+        named = {a.asname: a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names if a.asname}
+        firsts = [node.args[0] for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args
+                  and named.get(_call_name(node), _call_name(node)) in GRADED_CALLERS]
+        apart = {id(n) for first in firsts for n in ast.walk(first)}
+        # a function the cell defines and hands to a graded call (and uses nowhere else) runs apart too
+        handed = {f.id for f in firsts if isinstance(f, ast.Name)}
+        elsewhere = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in apart}
+        apart |= {id(n) for d in ast.walk(tree) if isinstance(d, ast.FunctionDef)
+                  and d.name in handed - elsewhere for n in ast.walk(d)}
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                and n.id in allowed and id(n) not in apart and (assignment, n.id) not in IN_KERNEL}
+        if used:
+            found[meta.get("grade_id")] = sorted(used)
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.parent.name for p in NOTEBOOKS])
+def test_every_test_cell_runs_the_learners_code_apart(path):
+    found = learner_code_in_kernel(_load(path), path.parent.name)
+    assert not found, (f"{path.parent.name}: these test cells run the learner's code in the kernel, where it can "
+                       f"read the test's data: {found}. Call it through course.exercises.grading.graded_calls "
+                       "(one call per part, the wrapper sending back plain data), then compare")
+
+
+def test_the_apart_check_finds_a_call_in_the_kernel():
+    # negative controls: a direct call, the function handed to a package function that calls it
+    # here, and a call beside a graded one
+    assert learner_code_in_kernel(_toy("assert detect(3)\n")) == {"test_detect": ["detect"]}
+    assert learner_code_in_kernel(_toy("from course.lessons import throughput\nthroughput.race(None, detect)\n")) == \
+        {"test_detect": ["detect"]}
+    beside = "from course.exercises.grading import graded_calls\nassert graded_calls(detect, [1]) == [detect(1)]\n"
+    assert learner_code_in_kernel(_toy(beside)) == {"test_detect": ["detect"]}
+    twice = ("from course.exercises.grading import graded_calls\ndef _probe(c):\n    return detect(c)\n"
+             "graded_calls(_probe, [1])\n_probe(2)\n")
+    assert learner_code_in_kernel(_toy(twice)) == {"test_detect": ["detect"]}
+
+
+def test_the_apart_check_accepts_graded_calls_and_their_wrappers():
+    ok = ("from course.exercises.grading import assert_detector as _ad, graded_calls as _gc\n"
+          "_ad(detect, {'a': 1}, {'b': 2})\n_got = _gc(lambda c: {'v': float(detect(*c))}, [(1, 2)])\n"
+          "from course.exercises import mystery\nmystery.check_fix(detect, [], None)\n"
+          "def _probe(c):\n    return str(detect(c))\n_gc(_probe, [1])\n")
+    assert learner_code_in_kernel(_toy(ok)) == {}
