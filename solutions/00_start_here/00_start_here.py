@@ -151,7 +151,7 @@ def loss_is_stuck(losses, window=20, min_drop=0.05):
 import warnings as _warnings
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 from course.bugs import catalogue as _catalogue, inject as _inject
-from course.exercises.grading import assert_detector, captured_warnings
+from course.exercises.grading import assert_detector, graded_calls as _graded_calls
 from course.reference.train import train as _train
 
 _tiny = _Pipeline(seq_len=16, model=_MC(n_ctx=16, d_model=32, n_head=2, n_layer=1, d_mlp=64),
@@ -162,13 +162,19 @@ with _warnings.catch_warnings():  # the test's own training runs, not your code:
              for name, p in (("reference", _tiny), ("colleague's bug", _inject(_tiny, _catalogue()[4].name)))}
 assert_detector(loss_is_stuck, healthy={"reference": _runs["reference"]},
                 broken={"colleague's bug": _runs["colleague's bug"]}, what="stuck-loss detector")
-with captured_warnings():
-    assert loss_is_stuck([3.0] * 40), "a loss that does not move at all is stuck"
-    assert not loss_is_stuck([3.0] * 20 + [2.0] * 20), \
-        "a loss that falls by 1.0 (more than min_drop) is not stuck: check the direction of the drop"
-    assert loss_is_stuck([2.0] * 20 + [2.5] * 20), "a loss that rises did not fall: it is stuck"
-    assert loss_is_stuck([2.0] * 5 + [3.0] * 15 + [1.0] * 15 + [1.9] * 5, window=5, min_drop=0.2), \
-        "use the window and min_drop you are given: the mean of the last 5 losses is 0.1 below the first 5's, less than 0.2"
+# your loss_is_stuck on each (losses, keyword arguments), called apart; its truth value comes back
+_stuck = _graded_calls(lambda _case: bool(loss_is_stuck(_case[0], **_case[1])), [
+    ([3.0] * 40, {}),
+    ([3.0] * 20 + [2.0] * 20, {}),
+    ([2.0] * 20 + [2.5] * 20, {}),
+    ([2.0] * 5 + [3.0] * 15 + [1.0] * 15 + [1.9] * 5, {"window": 5, "min_drop": 0.2}),
+])
+assert _stuck[0], "a loss that does not move at all is stuck"
+assert not _stuck[1], \
+    "a loss that falls by 1.0 (more than min_drop) is not stuck: check the direction of the drop"
+assert _stuck[2], "a loss that rises did not fall: it is stuck"
+assert _stuck[3], \
+    "use the window and min_drop you are given: the mean of the last 5 losses is 0.1 below the first 5's, less than 0.2"
 ### BEGIN HIDDEN TESTS
 from course.exercises.mystery import make as _make
 with _warnings.catch_warnings():  # the test's own training runs, as above
@@ -177,21 +183,29 @@ with _warnings.catch_warnings():  # the test's own training runs, as above
               for name in ("healthy", "missing-step", "requires-grad-off", "clip-to-zero")}
 assert_detector(lambda l: loss_is_stuck(l, window=10), healthy={"healthy, fresh seed": _fresh["healthy"]},
                 broken={k: v for k, v in _fresh.items() if k != "healthy"}, what="stuck-loss detector")
-with captured_warnings():
-    assert loss_is_stuck([2.0] * 10 + [2.5] * 10, window=10, min_drop=0.05), \
-        "a loss that rises did not fall: it is stuck"
-    assert loss_is_stuck([2.0] * 10 + [1.99] * 10, window=10, min_drop=0.05), \
-        "a drop smaller than min_drop is stuck"
-    assert loss_is_stuck([2.0] * 10 + [1.7] * 10, window=10, min_drop=0.5), \
-        "use the min_drop you are given: a drop smaller than it is stuck"
-    assert not loss_is_stuck([2.0] * 10 + [1.99] * 10, window=10, min_drop=0.001), \
-        "use the min_drop you are given: a drop at least that large is not stuck"
-    assert loss_is_stuck([3.0] + [2.0] * 19, window=10, min_drop=0.2), \
-        "compare the means of the first and last windows, not single losses: one high first loss must not decide"
-    assert not loss_is_stuck([3.0] * 10 + [2.0] * 9 + [3.5], window=10, min_drop=0.2), \
-        "compare the means of the first and last windows, not single losses: one noisy last step must not decide"
-    assert not loss_is_stuck([2.0] * 5 + [3.0] * 30 + [1.0] * 5, window=5, min_drop=0.5), \
-        "use the window you are given: compare the first and the last `window` losses"
+_stuck = _graded_calls(lambda _case: bool(loss_is_stuck(_case[0], **_case[1])), [
+    ([2.0] * 10 + [2.5] * 10, {"window": 10, "min_drop": 0.05}),
+    ([2.0] * 10 + [1.99] * 10, {"window": 10, "min_drop": 0.05}),
+    ([2.0] * 10 + [1.7] * 10, {"window": 10, "min_drop": 0.5}),
+    ([2.0] * 10 + [1.99] * 10, {"window": 10, "min_drop": 0.001}),
+    ([3.0] + [2.0] * 19, {"window": 10, "min_drop": 0.2}),
+    ([3.0] * 10 + [2.0] * 9 + [3.5], {"window": 10, "min_drop": 0.2}),
+    ([2.0] * 5 + [3.0] * 30 + [1.0] * 5, {"window": 5, "min_drop": 0.5}),
+])
+assert _stuck[0], \
+    "a loss that rises did not fall: it is stuck"
+assert _stuck[1], \
+    "a drop smaller than min_drop is stuck"
+assert _stuck[2], \
+    "use the min_drop you are given: a drop smaller than it is stuck"
+assert not _stuck[3], \
+    "use the min_drop you are given: a drop at least that large is not stuck"
+assert _stuck[4], \
+    "compare the means of the first and last windows, not single losses: one high first loss must not decide"
+assert not _stuck[5], \
+    "compare the means of the first and last windows, not single losses: one noisy last step must not decide"
+assert not _stuck[6], \
+    "use the window you are given: compare the first and the last `window` losses"
 ### END HIDDEN TESTS
 
 # %% [markdown]

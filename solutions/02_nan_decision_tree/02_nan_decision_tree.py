@@ -235,35 +235,63 @@ def stable_token_loss(logits, targets):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_stable_loss", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import builtins as _builtins
+
 import torch
 import torch.nn.functional as F
 
 from course import IGNORE
-from course.exercises.grading import captured_warnings
+from course.exercises.grading import graded_calls as _graded_calls
 
-with captured_warnings():
-    _v = stable_token_loss(torch.tensor([[1000.0, -1000.0]]), torch.tensor([1]))
-assert isinstance(_v, torch.Tensor) and _v.numel() == 1, f"return a 0-dimensional tensor, not {type(_v).__name__}"
-assert _v.item() == 2000.0, f"CE of logits (1000, -1000) with the target on the second must be 2000, got {_v.item()}: is a probability rounded to 0 before the log?"
+def _probe(case):  # in the graded call's process: your loss on (logits, targets), then its gradient
+    logits, targets = case
+    v = stable_token_loss(logits, targets)
+    sent = {"is_tensor": isinstance(v, torch.Tensor), "type": type(v).__name__}
+    if sent["is_tensor"]:
+        sent.update(value=v.detach().tolist(), dtype=str(v.dtype), numel=v.numel())
+    if logits.requires_grad:
+        try:
+            v.backward()
+        except Exception as err:  # raised again below, where the test calls backward()
+            sent["backward_error"] = [type(err).__name__, str(err)]
+        sent["grad"] = None if logits.grad is None else logits.grad.tolist()
+    return sent
+
+def _rebuilt(sent):  # the tensor your function returned, rebuilt from what came back
+    if not sent["is_tensor"]:
+        raise TypeError(f"stable_token_loss returned a {sent['type']}, not a tensor")
+    return torch.tensor(sent["value"], dtype=getattr(torch, sent["dtype"].removeprefix("torch.")))
+
+def _backward(sent):  # what your result's backward() raised in the graded call, raised here
+    if "backward_error" in sent:
+        name, message = sent["backward_error"]
+        kind = getattr(_builtins, name, None)
+        if isinstance(kind, type) and issubclass(kind, Exception):
+            raise kind(message)
+        raise RuntimeError(f"{name}: {message}")
+
 _g = torch.Generator().manual_seed(0)
 _l, _t = torch.randn(5, 7, generator=_g), torch.randint(0, 7, (5,), generator=_g)
-with captured_warnings():
-    _mine = stable_token_loss(_l, _t)
+# the whole contract: logits of shape (..., V), IGNORE targets left out of the mean, the gradient
+_l3 = torch.randn(2, 3, 7, generator=_g).requires_grad_(True)
+_t3 = torch.randint(0, 7, (2, 3), generator=_g)
+_t3[0, 0] = IGNORE
+_sents = _graded_calls(_probe, [(torch.tensor([[1000.0, -1000.0]]), torch.tensor([1])), (_l, _t), (_l3, _t3)])
+assert _sents[0]["is_tensor"] and _sents[0]["numel"] == 1, f"return a 0-dimensional tensor, not {_sents[0]['type']}"
+_v = _rebuilt(_sents[0])
+assert _v.item() == 2000.0, f"CE of logits (1000, -1000) with the target on the second must be 2000, got {_v.item()}: is a probability rounded to 0 before the log?"
+_mine = _rebuilt(_sents[1])
 assert torch.allclose(_mine, F.cross_entropy(_l, _t), rtol=1e-5, atol=1e-4), \
     f"on ordinary logits it must equal F.cross_entropy: got {_mine.item():.6f}, expected {F.cross_entropy(_l, _t).item():.6f}"
-# the whole contract: logits of shape (..., V), IGNORE targets left out of the mean, the gradient
-_l = torch.randn(2, 3, 7, generator=_g).requires_grad_(True)
-_t = torch.randint(0, 7, (2, 3), generator=_g)
-_t[0, 0] = IGNORE
-with captured_warnings():
-    _mine = stable_token_loss(_l, _t)
-_lr = _l.detach().clone().requires_grad_(True)
-_ref = F.cross_entropy(_lr.flatten(0, 1), _t.flatten())  # ignore_index is IGNORE (-100) by default
+_mine = _rebuilt(_sents[2])
+_lr = _l3.detach().clone().requires_grad_(True)
+_ref = F.cross_entropy(_lr.flatten(0, 1), _t3.flatten())  # ignore_index is IGNORE (-100) by default
 assert torch.allclose(_mine.detach(), _ref.detach(), rtol=1e-5, atol=1e-4), \
     f"on logits of shape (2, 3, 7) with one IGNORE target: got {_mine.item():.6f}, expected {_ref.item():.6f}: flatten the leading dimensions, and leave IGNORE targets out of the mean"
-_mine.backward()
+_backward(_sents[2])
 _ref.backward()
-assert _l.grad is not None and torch.allclose(_l.grad, _lr.grad, atol=1e-6), \
+_grad = None if _sents[2]["grad"] is None else torch.tensor(_sents[2]["grad"], dtype=_l3.dtype)
+assert _grad is not None and torch.allclose(_grad, _lr.grad, atol=1e-6), \
     "the gradient with respect to the logits differs from F.cross_entropy's: is the result detached, or computed with .item()?"
 ### BEGIN HIDDEN TESTS
 import random as _random
@@ -271,6 +299,7 @@ import random as _random
 from course.exercises.grading import hidden_seed as _hidden_seed
 _rng = _random.Random(_hidden_seed("h-02-stlh"))
 _g = torch.Generator().manual_seed(_rng.getrandbits(62))
+_drawn = []  # (scale, logits, targets)
 for _scale in (1.0, 1e3, 1e5):  # random 3-d logits and targets, random IGNORE positions (at least one, not all)
     _shape, _V = (_rng.randint(2, 4), _rng.randint(3, 7)), _rng.randint(5, 16)
     if _scale == 1.0:
@@ -285,16 +314,19 @@ for _scale in (1.0, 1e3, 1e5):  # random 3-d logits and targets, random IGNORE p
     _one, _other = _rng.sample(range(_t.numel()), 2)
     _ignored.view(-1)[_one], _ignored.view(-1)[_other] = True, False
     _t[_ignored] = IGNORE
-    with captured_warnings():
-        _mine = stable_token_loss(_l, _t.clone())  # a copy: the references below read the targets drawn
+    _drawn.append((_scale, _l, _t))
+_sents = _graded_calls(_probe, [(_l, _t.clone()) for _scale, _l, _t in _drawn])  # a copy: the references below read the targets drawn
+for (_scale, _l, _t), _sent in zip(_drawn, _sents):
+    _mine = _rebuilt(_sent)
     _ref = F.cross_entropy(_l.detach().flatten(0, 1), _t.flatten())
     assert torch.isfinite(_mine), f"loss not finite at logit scale {_scale:g} (3-d logits, some IGNORE targets)"
     assert torch.allclose(_mine.detach(), _ref, rtol=1e-5, atol=1e-4), \
         f"wrong value at logit scale {_scale:g} on 3-d logits with some IGNORE targets: are they left out of the mean?"
-    _mine.backward()
+    _backward(_sent)
     _lr = _l.detach().clone().requires_grad_(True)
     F.cross_entropy(_lr.flatten(0, 1), _t.flatten()).backward()
-    assert torch.isfinite(_l.grad).all() and torch.allclose(_l.grad, _lr.grad, atol=1e-6), \
+    _grad = None if _sent["grad"] is None else torch.tensor(_sent["grad"], dtype=_l.dtype)
+    assert torch.isfinite(_grad).all() and torch.allclose(_grad, _lr.grad, atol=1e-6), \
         f"wrong or non-finite gradient at logit scale {_scale:g}"
 ### END HIDDEN TESTS
 
@@ -370,33 +402,65 @@ def safe_log(p):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_safe_log", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import builtins as _builtins
 import math
 
 import torch
 
-from course.exercises.grading import captured_warnings
+from course.exercises.grading import graded_calls as _graded_calls
+
+def _probe(case):  # in the graded call's process: your safe_log of p, then the gradient of the leaf
+    p, leaf, weight = case
+    out = safe_log(p)
+    sent = {"is_tensor": isinstance(out, torch.Tensor), "type": type(out).__name__,
+            "shape_repr": str(getattr(out, "shape", None)), "dtype_repr": str(getattr(out, "dtype", type(out)))}
+    if sent["is_tensor"]:
+        sent.update(value=out.detach().tolist(), shape=list(out.shape), dtype=str(out.dtype),
+                    requires_grad=out.requires_grad)
+    try:
+        (out.sum() if weight is None else (out * weight).sum()).backward()
+    except Exception as err:  # raised again below, where the test calls backward()
+        sent["backward_error"] = [type(err).__name__, str(err)]
+    sent["grad"] = None if leaf.grad is None else leaf.grad.tolist()
+    return sent
+
+def _rebuilt(sent):  # the tensor your function returned, rebuilt from what came back
+    if not sent["is_tensor"]:
+        raise TypeError(f"safe_log returned a {sent['type']}, not a tensor")
+    return torch.tensor(sent["value"], dtype=getattr(torch, sent["dtype"].removeprefix("torch.")))
+
+def _backward(sent):  # what the backward() of your result raised in the graded call, raised here
+    if "backward_error" in sent:
+        name, message = sent["backward_error"]
+        kind = getattr(_builtins, name, None)
+        if isinstance(kind, type) and issubclass(kind, Exception):
+            raise kind(message)
+        raise RuntimeError(f"{name}: {message}")
+
+def _grad(sent, leaf):  # the gradient of the leaf after your result's backward(), or None
+    return None if sent["grad"] is None else torch.tensor(sent["grad"], dtype=leaf.dtype)
 
 _p = torch.tensor([0.0, 0.5, 1.0], requires_grad=True)
-with captured_warnings():
-    _out = safe_log(_p)
-assert isinstance(_out, torch.Tensor) and _out.shape == _p.shape, "safe_log must return a tensor of the input's shape"
-assert _out.requires_grad, "safe_log must be differentiable in p: compute it from p with torch operations"
-_out.sum().backward()
+# any shape and dtype, and the gradient's values: 1/p where p > 0, 0 where p == 0
+_p2 = torch.tensor([[0.0, 0.25], [2.0, 0.0]], dtype=torch.float64, requires_grad=True)
+_sents = _graded_calls(_probe, [(_p, _p, None), (_p2, _p2, None)])
+assert _sents[0]["is_tensor"] and torch.Size(_sents[0]["shape"]) == _p.shape, "safe_log must return a tensor of the input's shape"
+assert _sents[0]["requires_grad"], "safe_log must be differentiable in p: compute it from p with torch operations"
+_backward(_sents[0])
+_out = _rebuilt(_sents[0])
 assert torch.allclose(_out.detach(), torch.tensor([0.0, math.log(0.5), 0.0])), \
     f"safe_log([0, 0.5, 1]) must be [0, log 0.5, 0], got {_out.tolist()}"
-assert torch.isfinite(_p.grad).all(), \
-    f"the gradient must be finite, got {_p.grad.tolist()}: is log still evaluated at 0 in a branch?"
-# any shape and dtype, and the gradient's values: 1/p where p > 0, 0 where p == 0
-_p = torch.tensor([[0.0, 0.25], [2.0, 0.0]], dtype=torch.float64, requires_grad=True)
-with captured_warnings():
-    _out = safe_log(_p)
-assert isinstance(_out, torch.Tensor) and _out.shape == _p.shape and _out.dtype == _p.dtype, \
-    f"on a 2x2 float64 input safe_log must return a 2x2 float64 tensor, got {getattr(_out, 'shape', None)} {getattr(_out, 'dtype', type(_out))}"
-_out.sum().backward()
+assert torch.isfinite(_grad(_sents[0], _p)).all(), \
+    f"the gradient must be finite, got {_grad(_sents[0], _p).tolist()}: is log still evaluated at 0 in a branch?"
+_p = _p2
+assert _sents[1]["is_tensor"] and torch.Size(_sents[1]["shape"]) == _p.shape and _sents[1]["dtype"] == str(_p.dtype), \
+    f"on a 2x2 float64 input safe_log must return a 2x2 float64 tensor, got {_sents[1]['shape_repr']} {_sents[1]['dtype_repr']}"
+_backward(_sents[1])
+_out = _rebuilt(_sents[1])
 assert torch.allclose(_out.detach(), torch.tensor([[0.0, math.log(0.25)], [math.log(2.0), 0.0]], dtype=torch.float64)), \
     f"safe_log([[0, 0.25], [2, 0]]) must be [[0, log 0.25], [log 2, 0]], got {_out.tolist()}"
-assert torch.allclose(_p.grad, torch.tensor([[0.0, 4.0], [0.5, 0.0]], dtype=torch.float64)), \
-    f"the gradient must be 1/p where p > 0 and 0 where p == 0, got {_p.grad.tolist()}"
+assert torch.allclose(_grad(_sents[1], _p), torch.tensor([[0.0, 4.0], [0.5, 0.0]], dtype=torch.float64)), \
+    f"the gradient must be 1/p where p > 0 and 0 where p == 0, got {_grad(_sents[1], _p).tolist()}"
 ### BEGIN HIDDEN TESTS
 import random as _random
 
@@ -412,13 +476,7 @@ _masked[torch.arange(_R), torch.tensor([(_col + 1 + _rng.randrange(_C - 1)) % _C
 _logits[_masked] = float("-inf")
 _logits = _logits.requires_grad_(True)
 _q = _logits.softmax(-1)
-with captured_warnings():
-    _out = safe_log(_q)
-assert isinstance(_out, torch.Tensor) and _out.shape == _q.shape, "safe_log must return a tensor of the input's shape (2-d input from a softmax)"
-assert torch.equal(_out[_masked].detach(), torch.zeros(int(_masked.sum()))), "log of an exact 0 must be 0 (2-d input from a softmax)"
-assert torch.allclose(_out[~_masked].detach(), _q[~_masked].detach().log()), "wrong value where p > 0 (2-d input from a softmax)"
-(_out * torch.randn(_R, _C, generator=_g)).sum().backward()
-assert torch.isfinite(_logits.grad).all(), "a zero probability poisons the gradient of the logits"
+_weight = torch.randn(_R, _C, generator=_g)  # the gradient is taken of (safe_log(q) * _weight).sum()
 # a random input of random shape and dtype, zeros at random places: the values and the gradient
 _dtype = _rng.choice((torch.float32, torch.float64))
 _shape = tuple(_rng.randint(1, 5) for _ in range(_rng.randint(1, 3)))
@@ -426,22 +484,28 @@ _p = torch.rand(_shape, generator=_g, dtype=_dtype) * 3 + 0.05
 _zero = torch.rand(_shape, generator=_g) < 0.4
 _zero.view(-1)[_rng.randrange(_p.numel())] = True  # at least one exact 0
 _p = _p.masked_fill(_zero, 0.0).requires_grad_(True)
-with captured_warnings():
-    _out = safe_log(_p)
-assert isinstance(_out, torch.Tensor) and _out.shape == _p.shape and _out.dtype == _p.dtype, \
+# and a hand-written one
+_p4 = torch.tensor([0.0, 0.25, 0.0, 2.0], requires_grad=True)
+_sents = _graded_calls(_probe, [(_q, _logits, _weight), (_p, _p, None), (_p4, _p4, None)])
+assert _sents[0]["is_tensor"] and torch.Size(_sents[0]["shape"]) == _q.shape, "safe_log must return a tensor of the input's shape (2-d input from a softmax)"
+_out = _rebuilt(_sents[0])
+assert torch.equal(_out[_masked].detach(), torch.zeros(int(_masked.sum()))), "log of an exact 0 must be 0 (2-d input from a softmax)"
+assert torch.allclose(_out[~_masked].detach(), _q[~_masked].detach().log()), "wrong value where p > 0 (2-d input from a softmax)"
+_backward(_sents[0])
+assert torch.isfinite(_grad(_sents[0], _logits)).all(), "a zero probability poisons the gradient of the logits"
+assert _sents[1]["is_tensor"] and torch.Size(_sents[1]["shape"]) == _p.shape and _sents[1]["dtype"] == str(_p.dtype), \
     f"on a random {_dtype} input of {len(_shape)} dimensions safe_log must return a tensor of its shape and dtype"
-_out.sum().backward()
+_backward(_sents[1])
+_out = _rebuilt(_sents[1])
 _pd = _p.detach()
 assert torch.allclose(_out.detach(), torch.where(_zero, torch.zeros_like(_pd), _pd.masked_fill(_zero, 1.0).log())), \
     f"wrong values on a random {_dtype} input with zeros: log p where p > 0, 0 where p == 0"
-assert _p.grad is not None and torch.allclose(_p.grad, torch.where(_zero, torch.zeros_like(_pd), 1 / _pd.masked_fill(_zero, 1.0))), \
+assert _grad(_sents[1], _p) is not None and torch.allclose(_grad(_sents[1], _p), torch.where(_zero, torch.zeros_like(_pd), 1 / _pd.masked_fill(_zero, 1.0))), \
     f"wrong gradient on a random {_dtype} input with zeros: 1/p where p > 0, 0 where p == 0"
-# and a hand-written one
-_p = torch.tensor([0.0, 0.25, 0.0, 2.0], requires_grad=True)
-with captured_warnings():
-    safe_log(_p).sum().backward()
-assert torch.allclose(_p.grad, torch.tensor([0.0, 4.0, 0.0, 0.5])), \
-    f"the gradient must be 1/p where p > 0 and 0 where p == 0, got {_p.grad.tolist()}"
+_p = _p4
+_backward(_sents[2])
+assert torch.allclose(_grad(_sents[2], _p), torch.tensor([0.0, 4.0, 0.0, 0.5])), \
+    f"the gradient must be 1/p where p > 0 and 0 where p == 0, got {_grad(_sents[2], _p).tolist()}"
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -665,28 +665,37 @@ def collate_sft(examples, template, pad_id, eos_id):
 # %% nbgrader={"grade": true, "grade_id": "test_collate_sft_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 import torch
 
-from course import IGNORE
+from course import IGNORE as _I  # a short name for the rows below
 from course.lessons.sft import Template
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
-from course.exercises.grading import captured_warnings, switched_off
+from course.exercises.grading import graded_calls as _graded_calls
 
-_tpl = Template(user=(0,), assistant=(2, 3))
-with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
-    _b = collate_sft([(torch.tensor([7, 8]), torch.tensor([9, 5])), (torch.tensor([6]), torch.tensor([4]))], _tpl, pad_id=16, eos_id=17)
-# row 0: 0 7 8 2 3 9 5 17 ; row 1: 0 6 2 3 4 17 16 16
-assert _b.inputs.tolist() == [[0, 7, 8, 2, 3, 9, 5], [0, 6, 2, 3, 4, 17, 16]], f"inputs {_b.inputs.tolist()}"
-_I = IGNORE
-assert _b.targets[0].tolist() == [_I, _I, _I, _I, 9, 5, 17], \
-    f"row 0 targets {_b.targets[0].tolist()}: markers and prompt ignored, answer 9 5 and EOS 17 supervised"
-assert _b.targets[1].tolist() == [_I, _I, _I, 4, 17, _I, _I], f"row 1 targets {_b.targets[1].tolist()}: padding must be ignored"
+
+def _rows(case):
+    """Your collate_sft on one (examples, template): the rows of the batch's inputs and targets."""
+    examples, template = case
+    b = collate_sft(examples, template, pad_id=16, eos_id=17)
+    return {"inputs": b.inputs.tolist(), "targets": b.targets.tolist()}
+
+
 _none = torch.tensor([], dtype=torch.long)
-with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
-    _b = collate_sft([(_none, torch.tensor([4, 5])), (torch.tensor([3]), _none)], Template(), pad_id=16, eos_id=17)
+# both batches in one call of your collate_sft apart (graded_calls), the package's collate_sft switched off there
+_got = _graded_calls(_rows, [([(torch.tensor([7, 8]), torch.tensor([9, 5])), (torch.tensor([6]), torch.tensor([4]))],
+                              Template(user=(0,), assistant=(2, 3))),
+                             ([(_none, torch.tensor([4, 5])), (torch.tensor([3]), _none)], Template())],
+                     off=(_sft.collate_sft, _batch.prompt_answer_batch))
+_b = _got[0]
+# row 0: 0 7 8 2 3 9 5 17 ; row 1: 0 6 2 3 4 17 16 16
+assert _b["inputs"] == [[0, 7, 8, 2, 3, 9, 5], [0, 6, 2, 3, 4, 17, 16]], f"inputs {_b['inputs']}"
+assert _b["targets"][0] == [_I, _I, _I, _I, 9, 5, 17], \
+    f"row 0 targets {_b['targets'][0]}: markers and prompt ignored, answer 9 5 and EOS 17 supervised"
+assert _b["targets"][1] == [_I, _I, _I, 4, 17, _I, _I], f"row 1 targets {_b['targets'][1]}: padding must be ignored"
+_b = _got[1]
 # no markers. row 0: (empty prompt) 4 5 17 ; row 1: 3 (empty answer) 17 16
-assert _b.inputs.tolist() == [[4, 5], [3, 17]], f"no markers: inputs {_b.inputs.tolist()}"
-assert _b.targets.tolist() == [[5, 17], [17, _I]], \
-    (f"no markers: targets {_b.targets.tolist()}; with no markers and an empty prompt there is nothing to ignore "
+assert _b["inputs"] == [[4, 5], [3, 17]], f"no markers: inputs {_b['inputs']}"
+assert _b["targets"] == [[5, 17], [17, _I]], \
+    (f"no markers: targets {_b['targets']}; with no markers and an empty prompt there is nothing to ignore "
      "before the answer, and an empty answer still supervises its EOS")
 ### BEGIN HIDDEN TESTS
 import random as _random
@@ -710,11 +719,34 @@ _cases = []
 for _what, _tpl in _tpls:
     _ex = [(torch.randint(0, _V, (_rng.randint(0, 5),), generator=_g), torch.randint(0, _V, (_rng.randint(0, 4),), generator=_g))
            for _ in range(_rng.randint(3, 7))]
-    _cases.append((_what, _ex, _tpl, _sft.collate_sft(_ex, _tpl, _pad, _eos)))  # the reference, before switching off
-for _what, _ex, _tpl, _want in _cases:
-    with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
-        _got = collate_sft(_ex, _tpl, _pad, _eos)
-    assert torch.equal(_got.inputs, _want.inputs) and torch.equal(_got.targets, _want.targets), \
+    _cases.append((_what, _ex, _tpl))
+
+
+def _sent(t):
+    """A returned tensor as plain data (dtype, shape, values), rebuilt here by _tensor to compare."""
+    if not isinstance(t, torch.Tensor):
+        kind = type(t)
+        return {"type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": t.flatten().tolist()}
+
+
+def _tensor(d):
+    if "dtype" not in d:  # what torch.equal said of it
+        raise TypeError(f"equal(): argument 'input' (position 1) must be Tensor, not {d['type']}")
+    return torch.tensor(d["values"], dtype=getattr(torch, d["dtype"])).reshape(d["shape"])
+
+
+def _probe(case):
+    examples, template, pad, eos = case
+    b = collate_sft(examples, template, pad, eos)
+    return {"inputs": _sent(b.inputs), "targets": _sent(b.targets)}
+
+
+_got = _graded_calls(_probe, [(_ex, _tpl, _pad, _eos) for _what, _ex, _tpl in _cases],
+                     off=(_sft.collate_sft, _batch.prompt_answer_batch))
+for (_what, _ex, _tpl), _b in zip(_cases, _got):
+    _want = _sft.collate_sft(_ex, _tpl, _pad, _eos)  # the reference
+    assert torch.equal(_tensor(_b["inputs"]), _want.inputs) and torch.equal(_tensor(_b["targets"]), _want.targets), \
         (f"wrong batch for random examples, {_what} (other pad and EOS ids): compare the row lengths, "
          "the padding and the ignored targets")
 ### END HIDDEN TESTS
@@ -734,7 +766,7 @@ from course.lessons.sft import Template as _Template, examples_at as _examples_a
 from course.reference.train import batch_at as _batch_at
 import course.lessons.sft as _sft
 import course.toolkit.batch as _batch
-from course.exercises.grading import captured_warnings, hidden_seed as _hidden_seed, switched_off
+from course.exercises.grading import graded_calls as _graded_calls, hidden_seed as _hidden_seed
 _rng = _random.Random(_hidden_seed("h-03-colp"))
 
 
@@ -749,11 +781,34 @@ for _what, _tpl in (("the default template", _Template(user=(0, 1), assistant=(2
     _p = _sft.sft_pipeline(_Pipeline(n_train=512, data_seed=_rng.randrange(10**6)), _tpl, min_len=6)
     _seed, _step = _rng.randrange(10**6), _rng.randrange(8)
     _lang = _p.language()
-    _cases.append((_what, _examples_at(_p, _seed, _step), _tpl, _lang.PAD, _lang.EOS, _batch_at(_p, _seed, _step)))
-for _what, _ex, _tpl, _pad, _eos, _want in _cases:
-    with captured_warnings(), switched_off(_sft.collate_sft, _batch.prompt_answer_batch):
-        _got = collate_sft(_ex, _tpl, _pad, _eos)
-    assert _torch.equal(_got.inputs, _want.inputs) and _torch.equal(_got.targets, _want.targets), \
+    _cases.append((_what, _p, _seed, _step, _examples_at(_p, _seed, _step), _tpl, _lang.PAD, _lang.EOS))
+
+
+def _sent(t):
+    """A returned tensor as plain data (dtype, shape, values), rebuilt here by _tensor to compare."""
+    if not isinstance(t, _torch.Tensor):
+        kind = type(t)
+        return {"type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": t.flatten().tolist()}
+
+
+def _tensor(d):
+    if "dtype" not in d:  # what torch.equal said of it
+        raise TypeError(f"equal(): argument 'input' (position 1) must be Tensor, not {d['type']}")
+    return _torch.tensor(d["values"], dtype=getattr(_torch, d["dtype"])).reshape(d["shape"])
+
+
+def _probe(case):
+    examples, template, pad, eos = case
+    b = collate_sft(examples, template, pad, eos)
+    return {"inputs": _sent(b.inputs), "targets": _sent(b.targets)}
+
+
+_got = _graded_calls(_probe, [(_ex, _tpl, _pad, _eos) for _what, _p, _seed, _step, _ex, _tpl, _pad, _eos in _cases],
+                     off=(_sft.collate_sft, _batch.prompt_answer_batch))
+for (_what, _p, _seed, _step, _ex, _tpl, _pad, _eos), _b in zip(_cases, _got):
+    _want = _batch_at(_p, _seed, _step)  # the reference
+    assert _torch.equal(_tensor(_b["inputs"]), _want.inputs) and _torch.equal(_tensor(_b["targets"]), _want.targets), \
         (f"wrong batch for a random batch of an SFT pipeline with {_what}: compare the row lengths, the padding "
          "and the ignored targets")
 ### END HIDDEN TESTS
@@ -824,7 +879,7 @@ _answer = (_good.targets != IGNORE) & (_good.targets != _EOS)  # the answer targ
 _unshifted = Batch(_good.inputs, torch.where(_answer, _good.inputs, _good.targets), _good.pad_id)
 assert not torch.equal(_unshifted.targets, _good.targets), "grader: the unshifted batch equals the healthy one"
 _broken["right mask and EOS, answer targets not shifted"] = (_unshifted, _ex, _t)
-assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS), _healthy, _broken, what="mask gate", off=_GATE_OFF)
+assert_detector(lambda c, eos=_EOS: fires(mask_gate, c[0], c[1], c[2], eos), _healthy, _broken, what="mask gate", off=_GATE_OFF)
 ### BEGIN HIDDEN TESTS
 import random as _random
 
@@ -845,7 +900,7 @@ for _k in range(8):  # a random batch whose answer targets are not all equal to 
         break
 assert not torch.equal(_unshifted.targets, _good.targets), "grader: every unshifted batch equals its healthy one"
 _hidden_broken["right mask and EOS, answer targets not shifted, random template and batch"] = (_unshifted, _ex, _t)
-assert_detector(lambda c: fires(mask_gate, c[0], c[1], c[2], _EOS),
+assert_detector(lambda c, eos=_EOS: fires(mask_gate, c[0], c[1], c[2], eos),
                 {f"random template, random batch {_k}": _gate_case(_sft2, _s, _tpl2) for _k, _s in ((1, _s1), (2, _s2))},
                 _hidden_broken, what="mask gate", off=_GATE_OFF)
 ### END HIDDEN TESTS

@@ -274,59 +274,74 @@ def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss
 
 # %% nbgrader={"grade": true, "grade_id": "test_observe_visible", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from course.toolkit.alerts import AlertPolicy
-from course.exercises.grading import captured_warnings, switched_off
+from course.exercises.grading import graded_calls as _graded_calls
+
+
+def _observed(case):
+    """Your observe over one case (policy, sequence[, True]), step after step: each step's alerts as
+    [step, kind], and with True the policy's losses at the end."""
+    policy, sequence, *losses = case
+    alerts = [[[a.step, a.kind] for a in observe(policy, step, **values)] for step, values in enumerate(sequence)]
+    return {"alerts": alerts, "losses": list(policy.losses) if losses else None}
+
+
+def _fired(run):
+    return [tuple(a) for step in run["alerts"] for a in step]
 
 
 def fired(policy, sequence):
-    """(step, kind) of every alert your observe raises over a list of per-step value dicts
-    (AlertPolicy.observe switched off while it runs)."""
-    out = []
-    with captured_warnings(), switched_off(AlertPolicy.observe):
-        for step, values in enumerate(sequence):
-            out += [(a.step, a.kind) for a in observe(policy, step, **values)]
-    return out
+    """(step, kind) of every alert your observe raises over a list of per-step value dicts. It runs
+    apart (course.exercises.grading.graded_calls, AlertPolicy.observe switched off there), so
+    ``policy`` is left as it was here."""
+    return _fired(_graded_calls(_observed, [(policy, sequence)], off=(AlertPolicy.observe,))[0])
 
 
 calm = [dict(loss=2.0 - 0.01 * s + 0.02 * (-1) ** s, grad_norm=1.0 + 0.1 * (-1) ** s) for s in range(30)]
-_got = fired(AlertPolicy(), calm)
-assert _got == [], f"a calm, slowly improving run must raise no alert; your observe raised {_got}"
 spiky = [dict(v) for v in calm]
 spiky[20]["loss"] = 5.0
-_got = fired(AlertPolicy(), spiky)
-assert _got == [(20, "loss-spike")], f"one loss spike at step 20 must give exactly [(20, 'loss-spike')]: got {_got}"
 nan_step = [dict(v) for v in calm]
 nan_step[12]["loss"] = float("nan")
-_got = fired(AlertPolicy(), nan_step)
-assert _got == [(12, "non-finite")], \
-    f"a NaN loss at step 12 is one non-finite alert and nothing else (look at the non-finite path): got {_got}"
+_one_spike, _one_nan = [dict(v) for v in spiky], [dict(v) for v in nan_step]
 spiky[23]["loss"] = 5.0
-_got = fired(AlertPolicy(cooldown=10), spiky)
-assert _got == [(20, "loss-spike")], \
-    f"loss spikes at steps 20 and 23 with a cooldown of 10: the second is suppressed (record each alert that fires): got {_got}"
 nan_step[13]["grad_norm"] = float("inf")
-_got = fired(AlertPolicy(cooldown=10), nan_step)
-assert _got == [(12, "non-finite"), (13, "non-finite")], \
-    f"non-finite values at steps 12 and 13: every non-finite step alerts, whatever the cooldown: got {_got}"
 measured = [dict(v, tokens_per_s=1000.0 + 10 * (-1) ** s) for s, v in enumerate(calm)]
 measured[18]["tokens_per_s"] = 300.0
 measured[9]["val_loss"], measured[19]["val_loss"] = 1.95, 2.6
-_got = fired(AlertPolicy(), measured)
+# every run in one call of your observe apart (fired does one): the calm run, one loss spike, one NaN loss,
+# two spikes and two non-finite steps under a cooldown of 10, the measured run, and six calm steps then a
+# NaN gradient norm beside a loss of 9.0 (True: the policy's losses come back too)
+_runs = _graded_calls(_observed, [(AlertPolicy(), calm), (AlertPolicy(), _one_spike), (AlertPolicy(), _one_nan),
+                                  (AlertPolicy(cooldown=10), spiky), (AlertPolicy(cooldown=10), nan_step),
+                                  (AlertPolicy(), measured),
+                                  (AlertPolicy(), [dict(loss=2.0, grad_norm=1.0)] * 6 + [dict(loss=9.0, grad_norm=float("nan"))], True)],
+                      off=(AlertPolicy.observe,))
+_got = _fired(_runs[0])
+assert _got == [], f"a calm, slowly improving run must raise no alert; your observe raised {_got}"
+_got = _fired(_runs[1])
+assert _got == [(20, "loss-spike")], f"one loss spike at step 20 must give exactly [(20, 'loss-spike')]: got {_got}"
+_got = _fired(_runs[2])
+assert _got == [(12, "non-finite")], \
+    f"a NaN loss at step 12 is one non-finite alert and nothing else (look at the non-finite path): got {_got}"
+_got = _fired(_runs[3])
+assert _got == [(20, "loss-spike")], \
+    f"loss spikes at steps 20 and 23 with a cooldown of 10: the second is suppressed (record each alert that fires): got {_got}"
+_got = _fired(_runs[4])
+assert _got == [(12, "non-finite"), (13, "non-finite")], \
+    f"non-finite values at steps 12 and 13: every non-finite step alerts, whatever the cooldown: got {_got}"
+_got = _fired(_runs[5])
 assert _got == [(18, "throughput-drop"), (19, "val-gap")], \
     (f"a throughput of 300 tokens/s at step 18 and a validation loss of 2.6 at step 19 (training loss near 1.8): "
      f"pass every value to the policy's parts; got {_got}")
-_policy = AlertPolicy()
-with captured_warnings(), switched_off(AlertPolicy.observe):
-    for _s in range(6):
-        observe(_policy, _s, loss=2.0, grad_norm=1.0)
-    _alerts = [a.kind for a in observe(_policy, 6, loss=9.0, grad_norm=float("nan"))]
+# six calm steps, then a NaN gradient norm with a loss of 9.0 at step 6
+_alerts = [kind for _, kind in _runs[6]["alerts"][6]]
 assert _alerts == ["non-finite"], f"a NaN gradient norm with a loss of 9.0 is one non-finite alert and nothing else: got {_alerts}"
-assert list(_policy.losses) == [2.0] * 6, \
-    f"the finite loss of a non-finite step entered the running statistics (policy.losses is {list(_policy.losses)}): a non-finite step changes no state"
+assert _runs[6]["losses"] == [2.0] * 6, \
+    f"the finite loss of a non-finite step entered the running statistics (policy.losses is {_runs[6]['losses']}): a non-finite step changes no state"
 ### BEGIN HIDDEN TESTS
 import math as _math
 import random as _random
 from course.toolkit.alerts import AlertPolicy as _Policy
-from course.exercises.grading import hidden_seed as _hidden_seed, quiet as _quiet, switched_off as _switched_off
+from course.exercises.grading import hidden_seed as _hidden_seed, quiet as _quiet
 
 
 def _sequence(seed):
@@ -359,37 +374,47 @@ def _sequence(seed):
     return seq
 
 
-def _run(step_fn, policy, seq, off=()):
-    out = []
-    with _quiet(), _switched_off(*off):
-        for step, values in enumerate(seq):
-            out.append(sorted((a.step, a.kind) for a in step_fn(policy, step, **values)))
-    return out
+def _run(policy, seq):
+    """The reference's alerts at each step, sorted."""
+    with _quiet():
+        return [sorted((a.step, a.kind) for a in policy.observe(step, **values)) for step, values in enumerate(seq)]
 
 
 def _state(p):
     return list(p.losses), list(p.grads), list(p.throughputs), p.best_val, p.evals_since_best
 
 
+def _probe(case):
+    """Your observe over one (policy, sequence): each step's sorted alerts, and whether the step
+    changed the policy's state."""
+    policy, seq = case
+    alerts, changed = [], []
+    for step, values in enumerate(seq):
+        before = _state(policy)
+        alerts.append(sorted((a.step, a.kind) for a in observe(policy, step, **values)))
+        changed.append(_state(policy) != before)
+    return {"alerts": alerts, "changed": changed}
+
+
 # four random sequences, the first two without a cooldown, the others with a random one
+_draws = []
 for _i in range(4):
     for _k in range(4):  # redraw a degenerate sequence (no alert, no quiet step, no two non-finite steps in a row)
         _rng = _random.Random(_hidden_seed("h-04-obv") + 4 * _i + _k)
         _cooldown = 0 if _i < 2 else _rng.randint(2, 12)
         _seq = _sequence(_rng.getrandbits(64))
-        _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
+        _want = _run(_Policy(cooldown=_cooldown), _seq)
         _nonfinite = [w == [(s, "non-finite")] for s, w in enumerate(_want)]
         if sum(map(len, _want)) > 0 and any(not w for w in _want) and any(a and b for a, b in zip(_nonfinite, _nonfinite[1:])):
             break  # a suitable draw
     else:  # every redraw was unsuitable
         raise AssertionError("grader: the hidden sequence is degenerate")
-    _p, _got, _changed = _Policy(cooldown=_cooldown), [], []
-    with _quiet(), _switched_off(_Policy.observe):
-        for _s, _v in enumerate(_seq):
-            _before = _state(_p)
-            _got.append(sorted((a.step, a.kind) for a in observe(_p, _s, **_v)))
-            if _nonfinite[_s] and _state(_p) != _before:
-                _changed.append(_s)
+    _draws.append((_cooldown, _seq, _want, _nonfinite))
+_runs = _graded_calls(_probe, [(_Policy(cooldown=_cooldown), _seq) for _cooldown, _seq, _want, _nonfinite in _draws],
+                      off=(_Policy.observe,))
+for _i, ((_cooldown, _seq, _want, _nonfinite), _run_i) in enumerate(zip(_draws, _runs)):
+    _got = [[tuple(a) for a in step] for step in _run_i["alerts"]]
+    _changed = [_s for _s, _c in enumerate(_run_i["changed"]) if _nonfinite[_s] and _c]
     assert not _changed, (f"random sequence {_i + 1}: the non-finite steps {_changed[:5]} changed the policy's running "
                           "statistics (policy.losses, grads, throughputs) or validation state: a non-finite step changes no state")
     _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
@@ -406,7 +431,7 @@ for _i in range(4):
 ### BEGIN HIDDEN TESTS
 import random as _random
 from course.toolkit.alerts import AlertPolicy as _Policy
-from course.exercises.grading import hidden_seed as _hidden_seed, quiet as _quiet, switched_off as _switched_off
+from course.exercises.grading import graded_calls as _graded_calls, hidden_seed as _hidden_seed, quiet as _quiet
 
 
 def _bursts(rng, n=150):
@@ -421,38 +446,37 @@ def _bursts(rng, n=150):
     return seq
 
 
-def _run(step_fn, policy, seq, off=()):
-    out = []
-    with _quiet(), _switched_off(*off):
-        for step, values in enumerate(seq):
-            out.append(sorted((a.step, a.kind) for a in step_fn(policy, step, **values)))
-    return out
+def _run(policy, seq):
+    """The reference's alerts at each step, sorted."""
+    with _quiet():
+        return [sorted((a.step, a.kind) for a in policy.observe(step, **values)) for step, values in enumerate(seq)]
+
+
+def _probe(case):
+    """Your observe over one (policy, sequence): each step's sorted alerts."""
+    policy, seq = case
+    return [sorted((a.step, a.kind) for a in observe(policy, step, **values)) for step, values in enumerate(seq)]
 
 
 # random bursts under a short, a medium, a long and a one-step cooldown (lengths drawn in each range)
+_bursts_drawn = []
 for _i, (_lo, _hi) in enumerate([(2, 4), (8, 12), (20, 30), (1, 1)]):
     for _k in range(4):  # redraw a degenerate sequence (no alert at all, or one at every step)
         _rng = _random.Random(_hidden_seed("h-04-cdn") + 4 * _i + _k)
         _cooldown = _rng.randint(_lo, _hi)
         _seq = _bursts(_rng)
-        _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
+        _want = _run(_Policy(cooldown=_cooldown), _seq)
         if any(_want) and not all(_want):
             break  # a suitable draw
     else:  # every redraw was unsuitable
         raise AssertionError("grader: the hidden sequence is degenerate")
-    _got = _run(observe, _Policy(cooldown=_cooldown), _seq, off=(_Policy.observe,))
-    _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
-    assert not _bad, (f"cooldown {_cooldown}: your alerts differ from the contract at steps {_bad[:5]}; an alert "
-                      "of a kind is silent until cooldown steps after that kind last fired, and a suppressed "
-                      "alert does not restart the cooldown")
+    _bursts_drawn.append((_cooldown, _seq, _want))
 # two kinds at neighbouring steps: each has its own cooldown
-_seq = [dict(loss=2.0, grad_norm=1.0) for _ in range(20)]
-_seq[10]["loss"], _seq[11]["grad_norm"], _seq[13]["loss"] = 6.0, 9.0, 6.0
-_got = _run(observe, _Policy(cooldown=10), _seq, off=(_Policy.observe,))
-assert _got[10] == [(10, "loss-spike")] and _got[11] == [(11, "grad-spike")] and _got[13] == [], \
-    f"each kind of alert has its own cooldown: a loss spike at 10, a gradient spike at 11 and a loss spike at 13 gave {_got[10:14]}"
+_kinds_seq = [dict(loss=2.0, grad_norm=1.0) for _ in range(20)]
+_kinds_seq[10]["loss"], _kinds_seq[11]["grad_norm"], _kinds_seq[13]["loss"] = 6.0, 9.0, 6.0
 # the same on random levels, positions and cooldowns: a loss spike, a gradient spike the step after,
 # a second loss spike inside the loss cooldown and a third once it has run out
+_pairs_drawn = []
 for _i in range(3):
     _rng = _random.Random(_hidden_seed("h-04-cdn") + 100 + _i)
     _cooldown, _p = _rng.randint(4, 15), _rng.randint(6, 15)
@@ -464,9 +488,23 @@ for _i in range(3):
     _seq[_p + 1]["grad_norm"] *= _rng.uniform(4.0, 12.0)
     _seq[_p + _d]["loss"] *= _rng.uniform(2.0, 6.0)
     _seq[_p + _cooldown + _rng.randint(0, 2)]["loss"] *= _rng.uniform(2.0, 6.0)
-    _want = _run(lambda p, s, **v: p.observe(s, **v), _Policy(cooldown=_cooldown), _seq)
+    _want = _run(_Policy(cooldown=_cooldown), _seq)
     assert _want[_p] and _want[_p + 1] and not _want[_p + _d], "grader: the hidden sequence is degenerate"
-    _got = _run(observe, _Policy(cooldown=_cooldown), _seq, off=(_Policy.observe,))
+    _pairs_drawn.append((_cooldown, _d, _seq, _want))
+# your observe on every sequence, in one call apart
+_runs = _graded_calls(_probe, [(_Policy(cooldown=_c), _seq) for _c, _seq, _want in _bursts_drawn]
+                      + [(_Policy(cooldown=10), _kinds_seq)]
+                      + [(_Policy(cooldown=_c), _seq) for _c, _d, _seq, _want in _pairs_drawn], off=(_Policy.observe,))
+_runs = [[[tuple(a) for a in step] for step in _r] for _r in _runs]
+for (_cooldown, _seq, _want), _got in zip(_bursts_drawn, _runs[:4]):
+    _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
+    assert not _bad, (f"cooldown {_cooldown}: your alerts differ from the contract at steps {_bad[:5]}; an alert "
+                      "of a kind is silent until cooldown steps after that kind last fired, and a suppressed "
+                      "alert does not restart the cooldown")
+_got = _runs[4]
+assert _got[10] == [(10, "loss-spike")] and _got[11] == [(11, "grad-spike")] and _got[13] == [], \
+    f"each kind of alert has its own cooldown: a loss spike at 10, a gradient spike at 11 and a loss spike at 13 gave {_got[10:14]}"
+for _i, ((_cooldown, _d, _seq, _want), _got) in enumerate(zip(_pairs_drawn, _runs[5:])):
     _bad = [s for s, (g, w) in enumerate(zip(_got, _want)) if g != w]
     assert not _bad, (f"random case {_i + 1} (cooldown {_cooldown}): a loss spike, a gradient spike the step after, a "
                       f"loss spike {_d} steps after the first and one after its cooldown: your alerts differ from the "
@@ -480,60 +518,41 @@ for _i in range(3):
 # hidden tests run here
 ### BEGIN HIDDEN TESTS
 import math as _math
-from course.toolkit.alerts import AlertPolicy as _Policy
-from course.exercises.grading import quiet as _quiet, switched_off as _switched_off
-
-if True:
-    with _quiet(), _switched_off(_Policy.observe):
-        # three non-finite steps in a row, inside any cooldown: three alerts
-        _p = _Policy(cooldown=50)
-        _out = [observe(_p, s, loss=2.0, grad_norm=1.0) for s in range(10)]
-        _out += [observe(_p, 10 + k, loss=v, grad_norm=1.0) for k, v in enumerate([float("nan"), float("inf"), float("nan")])]
-        _out.append(observe(_p, 13, loss=2.0, grad_norm=float("-inf")))
-        assert all(o == [] for o in _out[:10]), "ten calm steps (loss 2.0, grad norm 1.0) must raise no alert"
-        assert [[a.kind for a in o] for o in _out[10:]] == [["non-finite"]] * 4, \
-            f"every non-finite step alerts, whatever the cooldown: four non-finite steps in a row gave {[[a.kind for a in o] for o in _out[10:]]}"
-        # non-finite values never enter the running statistics: a spike right after NaNs is still seen
-        assert len(_p.losses) == 10 and len(_p.grads) == 10 and all(_math.isfinite(x) for x in _p.losses), \
-            "a non-finite step must not update the running statistics (policy.losses, policy.grads)"
-        assert [a.kind for a in observe(_p, 14, loss=5.0, grad_norm=1.0)] == ["loss-spike"], \
-            "a loss spike right after non-finite steps must still be one loss-spike alert"
-        # a finite value on a non-finite step is not used either
-        _p2 = _Policy()
-        for _s in range(6):
-            observe(_p2, _s, loss=2.0, grad_norm=1.0)
-        assert [a.kind for a in observe(_p2, 6, loss=9.0, grad_norm=float("nan"))] == ["non-finite"], \
-            "a step with a NaN gradient norm and a high loss is one non-finite alert and nothing else"
-        assert len(_p2.losses) == 6 and 9.0 not in _p2.losses, \
-            "the finite loss of a non-finite step entered the running statistics: a non-finite step changes no state"
-        # a NaN validation loss is not the best and does not move the plateau counter
-        _p3 = _Policy(patience=2, cooldown=0)
-        observe(_p3, 0, loss=2.0, val_loss=1.5)
-        _best, _since = _p3.best_val, _p3.evals_since_best
-        assert [a.kind for a in observe(_p3, 1, loss=2.0, val_loss=float("nan"))] == ["non-finite"], \
-            "a NaN validation loss is one non-finite alert"
-        assert _p3.best_val == _best and _p3.evals_since_best == _since, "a NaN validation loss changed the plateau state"
-        assert observe(_p3, 2, loss=2.0, val_loss=1.6) == [], "one stalled evaluation is not a plateau with patience 2"
-        assert [a.kind for a in observe(_p3, 3, loss=2.0, val_loss=1.6)] == ["val-plateau"], \
-            "two stalled evaluations in a row with patience 2 (a NaN one in between not counted) are a val-plateau"
-        # a NaN loss where the cooldown of a loss spike is running: still one alert, and the spike's
-        # cooldown is not restarted by it
-        _p4 = _Policy(cooldown=5)
-        for _s in range(8):
-            observe(_p4, _s, loss=2.0, grad_norm=1.0)
-        assert [a.kind for a in observe(_p4, 8, loss=6.0, grad_norm=1.0)] == ["loss-spike"], "a loss spike after calm steps"
-        assert [a.kind for a in observe(_p4, 9, loss=float("nan"), grad_norm=1.0)] == ["non-finite"], \
-            "a NaN loss inside a loss spike's cooldown is still one non-finite alert"
-        assert observe(_p4, 12, loss=6.0, grad_norm=1.0) == [], "the loss spike's cooldown (5 steps from step 8) runs to step 12"
-        assert [a.kind for a in observe(_p4, 13, loss=6.0, grad_norm=1.0)] == ["loss-spike"], \
-            "the non-finite step must not restart or extend the loss spike's cooldown"
-# the same on random runs: loss spikes, each followed inside its cooldown by a run of non-finite
-# steps (NaN or +-inf in any value, some with a high finite value beside it, NaN validation losses
-# among improving ones), then another loss spike inside or just after the cooldown. Loss spikes are
-# the only finite alerts, so only the non-finite path decides the answer
 import random as _random
-from course.exercises.grading import hidden_seed as _hidden_seed
+from course.toolkit.alerts import AlertPolicy as _Policy
+from course.exercises.grading import graded_calls as _graded_calls, hidden_seed as _hidden_seed
 
+
+def _state(p):
+    return list(p.losses), list(p.grads), list(p.throughputs), p.best_val, p.evals_since_best
+
+
+def _probe(case):
+    """Your observe over one case (policy, [(step, values), ...], keep): at each step its alerts as
+    [step, kind] in the order returned (None if what it returned is not iterable), whether it
+    returned [], whether the step changed the policy's state, and with keep that state after the step."""
+    policy, steps, keep = case
+    out = []
+    for step, values in steps:
+        before = _state(policy)
+        alerts = observe(policy, step, **values)
+        after = _state(policy)
+        try:
+            sent = [[a.step, a.kind] for a in alerts]
+        except TypeError:  # not iterable: the checks below fail on it where they would have
+            sent = None
+        out.append({"alerts": sent, "empty": bool(alerts == []), "changed": after != before, "state": after if keep else None})
+    return out
+
+
+def _kinds(o):
+    return [kind for _, kind in o["alerts"]]
+
+
+# random runs: loss spikes, each followed inside its cooldown by a run of non-finite steps (NaN or
+# +-inf in any value, some with a high finite value beside it, NaN validation losses among improving
+# ones), then another loss spike inside or just after the cooldown. Loss spikes are the only finite
+# alerts, so only the non-finite path decides the answer
 _NONFINITE = (float("nan"), float("inf"), float("-inf"))
 
 
@@ -561,10 +580,7 @@ def _quarantine(rng):
     return cooldown, seq
 
 
-def _state(p):
-    return list(p.losses), list(p.grads), list(p.throughputs), p.best_val, p.evals_since_best
-
-
+_drawn = []
 for _i in range(3):
     for _k in range(4):  # redraw a sequence where no loss spike is followed by two non-finite steps
         _cooldown, _seq = _quarantine(_random.Random(_hidden_seed("h-04-nfq") + 4 * _i + _k))
@@ -575,14 +591,59 @@ for _i in range(3):
             break  # a suitable draw
     else:  # every redraw was unsuitable
         raise AssertionError("grader: the hidden sequence is degenerate")
-    _p = _Policy(cooldown=_cooldown, patience=2)
-    _got, _changed = [], []
-    with _quiet(), _switched_off(_Policy.observe):
-        for _s, _v in enumerate(_seq):
-            _before = _state(_p)
-            _got.append(sorted((a.step, a.kind) for a in observe(_p, _s, **_v)))
-            if _want[_s] == [(_s, "non-finite")] and _state(_p) != _before:
-                _changed.append(_s)
+    _drawn.append((_cooldown, _seq, _want))
+_calm = dict(loss=2.0, grad_norm=1.0)
+_fixed = [
+    # three non-finite steps in a row, inside any cooldown, then a fourth; then a loss spike
+    (_Policy(cooldown=50), [(s, _calm) for s in range(10)]
+     + [(10 + k, dict(loss=v, grad_norm=1.0)) for k, v in enumerate([float("nan"), float("inf"), float("nan")])]
+     + [(13, dict(loss=2.0, grad_norm=float("-inf"))), (14, dict(loss=5.0, grad_norm=1.0))], True),
+    # a NaN gradient norm beside a high loss after six calm steps
+    (_Policy(), [(s, _calm) for s in range(6)] + [(6, dict(loss=9.0, grad_norm=float("nan")))], True),
+    # validation losses 1.5, NaN, 1.6, 1.6 with patience 2
+    (_Policy(patience=2, cooldown=0), [(s, dict(loss=2.0, val_loss=v)) for s, v in enumerate([1.5, float("nan"), 1.6, 1.6])], True),
+    # a loss spike at step 8, a NaN loss at 9, loss spikes at 12 and 13 (cooldown 5)
+    (_Policy(cooldown=5), [(s, _calm) for s in range(8)] + [(8, dict(loss=6.0, grad_norm=1.0)), (9, dict(loss=float("nan"), grad_norm=1.0)),
+                                                            (12, dict(loss=6.0, grad_norm=1.0)), (13, dict(loss=6.0, grad_norm=1.0))], True),
+]
+# your observe on every run, in one call apart
+_runs = _graded_calls(_probe, _fixed + [(_Policy(cooldown=_c, patience=2), list(enumerate(_seq)), False) for _c, _seq, _want in _drawn],
+                      off=(_Policy.observe,))
+# three non-finite steps in a row, inside any cooldown: three alerts
+_out = _runs[0]
+assert all(o["empty"] for o in _out[:10]), "ten calm steps (loss 2.0, grad norm 1.0) must raise no alert"
+assert [_kinds(o) for o in _out[10:14]] == [["non-finite"]] * 4, \
+    f"every non-finite step alerts, whatever the cooldown: four non-finite steps in a row gave {[_kinds(o) for o in _out[10:14]]}"
+# non-finite values never enter the running statistics: a spike right after NaNs is still seen
+_losses, _grads = _out[13]["state"][:2]
+assert len(_losses) == 10 and len(_grads) == 10 and all(_math.isfinite(x) for x in _losses), \
+    "a non-finite step must not update the running statistics (policy.losses, policy.grads)"
+assert _kinds(_out[14]) == ["loss-spike"], "a loss spike right after non-finite steps must still be one loss-spike alert"
+# a finite value on a non-finite step is not used either
+_out = _runs[1]
+assert _kinds(_out[6]) == ["non-finite"], "a step with a NaN gradient norm and a high loss is one non-finite alert and nothing else"
+_losses = _out[6]["state"][0]
+assert len(_losses) == 6 and 9.0 not in _losses, \
+    "the finite loss of a non-finite step entered the running statistics: a non-finite step changes no state"
+# a NaN validation loss is not the best and does not move the plateau counter
+_out = _runs[2]
+_best, _since = _out[0]["state"][3:]
+assert _kinds(_out[1]) == ["non-finite"], "a NaN validation loss is one non-finite alert"
+assert _out[1]["state"][3] == _best and _out[1]["state"][4] == _since, "a NaN validation loss changed the plateau state"
+assert _out[2]["empty"], "one stalled evaluation is not a plateau with patience 2"
+assert _kinds(_out[3]) == ["val-plateau"], \
+    "two stalled evaluations in a row with patience 2 (a NaN one in between not counted) are a val-plateau"
+# a NaN loss where the cooldown of a loss spike is running: still one alert, and the spike's
+# cooldown is not restarted by it
+_out = _runs[3]
+assert _kinds(_out[8]) == ["loss-spike"], "a loss spike after calm steps"
+assert _kinds(_out[9]) == ["non-finite"], "a NaN loss inside a loss spike's cooldown is still one non-finite alert"
+assert _out[10]["empty"], "the loss spike's cooldown (5 steps from step 8) runs to step 12"
+assert _kinds(_out[11]) == ["loss-spike"], "the non-finite step must not restart or extend the loss spike's cooldown"
+# the random runs
+for _i, ((_cooldown, _seq, _want), _out) in enumerate(zip(_drawn, _runs[4:])):
+    _got = [sorted(tuple(a) for a in o["alerts"]) for o in _out]
+    _changed = [_s for _s, o in enumerate(_out) if _want[_s] == [(_s, "non-finite")] and o["changed"]]
     _label = f"random run {_i + 1} (cooldown {_cooldown}; loss spikes followed by runs of non-finite steps)"
     assert not _changed, (f"{_label}: the non-finite steps {_changed[:5]} changed the policy's state (policy.losses, "
                           "grads, throughputs, best_val or evals_since_best): a non-finite step changes no state")

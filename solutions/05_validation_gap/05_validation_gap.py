@@ -301,20 +301,31 @@ def shingle_jaccard(a, b, n):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_shingle_jaccard", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import copy as _copy
+
 import torch
 
 from course.toolkit import overlap as _overlap
-from course.exercises.grading import captured_warnings as _captured, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls
 
-with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max_jaccard):
-    assert shingle_jaccard([1, 2, 3, 4], [1, 2, 3, 4], 2) == 1.0, "identical sequences have Jaccard 1"
-    assert shingle_jaccard([1, 2, 3, 4], [2, 3, 4, 5], 2) == 0.5, "shingles {12,23,34} and {23,34,45}: 2 shared of 4"
-    assert shingle_jaccard([1, 2], [3, 4], 3) == 0.0, "sequences shorter than n have no shingles: return 0.0"
-    _got = float(shingle_jaccard(torch.tensor([4, 5, 6, 7]), [4, 5, 6, 8], 2))
-    assert abs(_got - 0.5) < 1e-9, \
-        f"a tensor and a list with shingles {{45,56,67}} and {{45,56,68}} share 2 of 4, got {_got}: compare token ids, not tensor objects"
-    _got = float(shingle_jaccard([2, 2, 2, 2], [2, 2, 3], 2))
-    assert abs(_got - 0.5) < 1e-9, f"shingles are a set, repeats count once: {{22}} and {{22,23}} share 1 of 2, got {_got}"
+def _jaccard(case):  # shingle_jaccard(a, b, n) on a copy of the case, as a float (None: not a number)
+    value = shingle_jaccard(*_copy.deepcopy(case))
+    try:
+        return float(value)
+    except Exception:
+        return None
+
+_OFF = (_overlap.shingle_jaccard, _overlap.shingles, _overlap.max_jaccard)
+_got = _graded_calls(_jaccard, [([1, 2, 3, 4], [1, 2, 3, 4], 2), ([1, 2, 3, 4], [2, 3, 4, 5], 2), ([1, 2], [3, 4], 3),
+                                (torch.tensor([4, 5, 6, 7]), [4, 5, 6, 8], 2), ([2, 2, 2, 2], [2, 2, 3], 2)], off=_OFF)
+assert _got[0] == 1.0, "identical sequences have Jaccard 1"
+assert _got[1] == 0.5, "shingles {12,23,34} and {23,34,45}: 2 shared of 4"
+assert _got[2] == 0.0, "sequences shorter than n have no shingles: return 0.0"
+_v = float(_got[3])
+assert abs(_v - 0.5) < 1e-9, \
+    f"a tensor and a list with shingles {{45,56,67}} and {{45,56,68}} share 2 of 4, got {_v}: compare token ids, not tensor objects"
+_v = float(_got[4])
+assert abs(_v - 0.5) < 1e-9, f"shingles are a set, repeats count once: {{22}} and {{22,23}} share 1 of 2, got {_v}"
 ### BEGIN HIDDEN TESTS
 import random as _random
 
@@ -326,17 +337,19 @@ _trials = [(torch.randint(0, _rng.randint(2, 4), (_rng.randint(0, 12),), generat
             torch.randint(0, _rng.randint(2, 4), (_rng.randint(0, 12),), generator=_g)) for _ in range(20)]
 _trials = [(_a, _b.tolist() if _k % 2 else _b) for _k, (_a, _b) in enumerate(_trials)]  # every other pair: a tensor and a list
 _ns = sorted(_rng.sample(range(1, 6), 3))
-_expected = [[_overlap.shingle_jaccard(_a, _b, _n) for _n in _ns] for _a, _b in _trials]  # before switching off
-with _captured(), _off(_overlap.shingle_jaccard, _overlap.shingles, _overlap.max_jaccard):
-    assert shingle_jaccard([1, 1, 1, 1, 1], [1, 1, 2], 2) == 0.5, "shingles are a set: repeats count once"
-    assert shingle_jaccard(torch.tensor([5, 6, 7]), [5, 6, 7], 3) == 1.0, "tensors and lists alike"
-    assert shingle_jaccard([1, 2, 3], [3, 2, 1], 1) == 1.0 and shingle_jaccard([1, 2, 3], [3, 2, 1], 2) == 0.0, \
-        "n=1: the same tokens in any order share every shingle; n=2: the reversed pairs share none"
-    for _k, ((_a, _b), _want) in enumerate(zip(_trials, _expected)):
-        for _n, _w in zip(_ns, _want):
-            _kind = "a tensor and a list" if _k % 2 else "two tensors"
-            _short = " (one shorter than n)" if min(len(_a), len(_b)) < _n else ""
-            assert abs(float(shingle_jaccard(_a, _b, _n)) - _w) < 1e-9, f"wrong for random pair {_k}, {_kind}{_short}, n={_n}"
+_got = _graded_calls(_jaccard, [([1, 1, 1, 1, 1], [1, 1, 2], 2), (torch.tensor([5, 6, 7]), [5, 6, 7], 3),
+                                ([1, 2, 3], [3, 2, 1], 1), ([1, 2, 3], [3, 2, 1], 2)]
+                     + [(_a, _b, _n) for _a, _b in _trials for _n in _ns], off=_OFF)
+_expected = [[_overlap.shingle_jaccard(_a, _b, _n) for _n in _ns] for _a, _b in _trials]  # the reference, in this kernel
+assert _got[0] == 0.5, "shingles are a set: repeats count once"
+assert _got[1] == 1.0, "tensors and lists alike"
+assert _got[2] == 1.0 and _got[3] == 0.0, \
+    "n=1: the same tokens in any order share every shingle; n=2: the reversed pairs share none"
+for _k, ((_a, _b), _want) in enumerate(zip(_trials, _expected)):
+    for _j, (_n, _w) in enumerate(zip(_ns, _want)):
+        _kind = "a tensor and a list" if _k % 2 else "two tensors"
+        _short = " (one shorter than n)" if min(len(_a), len(_b)) < _n else ""
+        assert abs(float(_got[4 + _k * len(_ns) + _j]) - _w) < 1e-9, f"wrong for random pair {_k}, {_kind}{_short}, n={_n}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -438,14 +451,20 @@ import torch
 
 from course import Pipeline as _Pipeline
 from course.toolkit import overlap as _overlap
-from course.exercises.grading import captured_warnings as _captured, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls
 
-def _check_group_split(groups, fraction, seed):
-    with _captured(), _off(_overlap.group_split):
-        tr, va = group_split(groups, fraction, seed)
-        t2, v2 = group_split(groups, fraction, seed)
-    assert isinstance(tr, torch.Tensor) and isinstance(va, torch.Tensor), "return two tensors of indices"
-    tr, va, t2, v2 = tr.long(), va.long(), t2.long(), v2.long()
+def _split(case):  # group_split called twice on a copy of the groups, the same fraction and seed; indices as lists
+    groups, fraction, seed = case
+    groups = groups.clone()
+    tr, va = group_split(groups, fraction, seed)
+    t2, v2 = group_split(groups, fraction, seed)
+    if not (isinstance(tr, torch.Tensor) and isinstance(va, torch.Tensor)):
+        return {"tensors": False}
+    return {"tensors": True, "splits": [t.long().tolist() for t in (tr, va, t2, v2)]}
+
+def _check_group_split(groups, fraction, got):
+    assert got["tensors"], "return two tensors of indices"
+    tr, va, t2, v2 = (torch.tensor(t, dtype=torch.long) for t in got["splits"])
     assert sorted(tr.tolist() + va.tolist()) == list(range(len(groups))), "every item must be in exactly one split"
     shared = set(groups[tr].tolist()) & set(groups[va].tolist())
     assert not shared, f"groups on both sides: {sorted(shared)[:5]}"
@@ -457,10 +476,12 @@ def _check_group_split(groups, fraction, seed):
 # the notebook's documents and their windows' document ids, built here
 _docs = _Pipeline().language().sample(40, 200, seed=7)
 _, _doc_ids = _overlap.sliding_windows(_docs, length=17, stride=4)
-_ = _check_group_split(_doc_ids, 0.2, 0)
-assert len({frozenset(_check_group_split(_doc_ids, 0.2, _s)) for _s in (1, 2, 3)}) > 1, \
+_got = _graded_calls(_split, [(_doc_ids, 0.2, 0), (_doc_ids, 0.2, 1), (_doc_ids, 0.2, 2), (_doc_ids, 0.2, 3),
+                              (torch.tensor([8, 8, 3]), 0.9, 0)], off=(_overlap.group_split,))
+_ = _check_group_split(_doc_ids, 0.2, _got[0])
+assert len({frozenset(_check_group_split(_doc_ids, 0.2, _got[_s])) for _s in (1, 2, 3)}) > 1, \
     "seeds 1, 2 and 3 gave the same split: different seeds should give different splits"
-_ = _check_group_split(torch.tensor([8, 8, 3]), 0.9, 0)  # two groups (ids 3 and 8): one goes to validation, never both
+_ = _check_group_split(torch.tensor([8, 8, 3]), 0.9, _got[4])  # two groups (ids 3 and 8): one goes to validation, never both
 ### BEGIN HIDDEN TESTS
 import random as _random
 
@@ -470,10 +491,13 @@ _g = torch.Generator().manual_seed(_rng.getrandbits(62))
 _ids = torch.tensor(_rng.sample(range(1000), _rng.randint(20, 40)))  # random group ids, not 0..n-1
 _groups = _ids[torch.randint(0, len(_ids), (_rng.randint(300, 600),), generator=_g)]  # items in random order
 _fraction = _rng.choice((0.2, 0.25, 0.3, 0.4, 0.5))
-_splits = {frozenset(_check_group_split(_groups, _fraction, _s)) for _s in _rng.sample(range(1000), 4)}
+_seeds = _rng.sample(range(1000), 4)
+_got = _graded_calls(_split, [(_groups, _fraction, _s) for _s in _seeds]
+                     + [(torch.tensor([7, 7, 9, 9, 9, 3]), 0.5, 1), (torch.tensor([2, 5]), 0.9, 0)], off=(_overlap.group_split,))
+_splits = {frozenset(_check_group_split(_groups, _fraction, _got[_k])) for _k in range(len(_seeds))}
 assert len(_splits) > 1, "random groups, four random seeds: different seeds should give different splits"
-_ = _check_group_split(torch.tensor([7, 7, 9, 9, 9, 3]), 0.5, 1)
-_ = _check_group_split(torch.tensor([2, 5]), 0.9, 0)
+_ = _check_group_split(torch.tensor([7, 7, 9, 9, 9, 3]), 0.5, _got[4])
+_ = _check_group_split(torch.tensor([2, 5]), 0.9, _got[5])
 ### END HIDDEN TESTS
 
 # %% [markdown]

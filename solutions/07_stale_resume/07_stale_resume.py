@@ -236,21 +236,25 @@ def manifest_diff(old, new):
     ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_manifest_diff", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+import copy as _copy
+
 import torch
 
 from course import ModelConfig as _MC, Pipeline as _Pipeline
 from course.bugs import inject as _inject
 from course.lessons import manifest as _manifest
-from course.exercises.grading import captured_warnings as _captured, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls, sendable as _sendable
 
-def _normal(answer):
-    assert isinstance(answer, dict), f"return a dict of component -> list of entry names, not {type(answer).__name__}"
-    return {k: sorted(v) for k, v in answer.items() if len(v)}
+def _diff(case):  # manifest_diff(old, new) on copies, apart: its non-empty components, sorted, as plain data
+    answer = manifest_diff(*_copy.deepcopy(case))
+    if not isinstance(answer, dict):
+        return {"not_a_dict": type(answer).__name__}
+    return {"normal": _sendable({k: sorted(v) for k, v in answer.items() if len(v)})}
 
-def _check_diff(old, new, label):
-    want = _manifest.diff(old, new)  # the reference, before switching it off
-    with _captured(), _off(_manifest.diff):
-        got = _normal(manifest_diff(old, new))
+def _check_diff(old, new, sent, label):
+    assert "not_a_dict" not in sent, \
+        f"return a dict of component -> list of entry names, not {sent['not_a_dict']}"
+    got, want = sent["normal"], _manifest.diff(old, new)  # the reference
     assert got == want, f"{label}: you returned {got}; compare every entry of each component, in both directions"
 
 # the notebook's OLD pipeline and its manifests a and b, built here (labels in place of its run
@@ -259,13 +263,14 @@ _OLD = _inject(_Pipeline().replace(seq_len=16, model=_MC(n_ctx=16, d_model=32, n
                                    n_train=2048, n_val=64, batch_size=16, steps=200, lr=1e-2, warmup=10), "stale-lr-resume")
 _manifest_a = _manifest.manifest(_OLD, 0, 200, "yesterday")
 _manifest_b = _manifest.manifest(_OLD.replace(lr=3e-3), 0, 200, "today")
-_check_diff(_manifest_a, _manifest_b, "yesterday against today")
-_check_diff(_manifest_a, _manifest_a, "a manifest against itself")
-import copy as _copy
 _manifest_c = _copy.deepcopy(_manifest_b)
 _manifest_c["data"]["visible extra shard"] = "0a1b2c"  # an entry yesterday's manifest does not have
-_check_diff(_manifest_a, _manifest_c, "today, with an entry added")
-_check_diff(_manifest_c, _manifest_a, "yesterday, against a manifest with an extra entry (it was removed)")
+_pairs = [(_manifest_a, _manifest_b, "yesterday against today"), (_manifest_a, _manifest_a, "a manifest against itself"),
+          (_manifest_a, _manifest_c, "today, with an entry added"),
+          (_manifest_c, _manifest_a, "yesterday, against a manifest with an extra entry (it was removed)")]
+_got = _graded_calls(_diff, [(_old, _new) for _old, _new, _ in _pairs], off=(_manifest.diff,))
+for (_old, _new, _what), _sent in zip(_pairs, _got):
+    _check_diff(_old, _new, _sent, _what)
 ### BEGIN HIDDEN TESTS
 import copy as _copy
 import random as _random
@@ -281,24 +286,27 @@ _threads = torch.get_num_threads()
 torch.set_num_threads(_threads + _rng.randint(1, 3))
 _m_threads = _manifest.manifest(_OLD, _seed, _steps, _label())
 torch.set_num_threads(_threads)
-_check_diff(_m0, _m_threads, "one run made with another thread count")
+_pairs = [(_m0, _m_threads, "one run made with another thread count")]
 _hp = _OLD.replace(data_seed=_OLD.data_seed + _rng.randint(1, 10_000), lr=_OLD.lr * _rng.choice([0.3, 1.0, 3.0]))
-_check_diff(_m0, _manifest.manifest(_hp, _seed, _steps, _label()), "another data seed (and maybe learning rate)")
-_check_diff(_m0, _manifest.manifest(_OLD, _seed, _steps, _label()), "the same run inputs, another run block")
+_pairs.append((_m0, _manifest.manifest(_hp, _seed, _steps, _label()), "another data seed (and maybe learning rate)"))
+_pairs.append((_m0, _manifest.manifest(_OLD, _seed, _steps, _label()), "the same run inputs, another run block"))
 _m_added = _copy.deepcopy(_m0)
 for _c in _rng.sample(_manifest.COMPONENTS, 2):
     _m_added[_c][f"{_c} extra {_rng.getrandbits(24):06x}"] = f"{_rng.getrandbits(24):06x}"
-_check_diff(_m0, _m_added, "a newer manifest with entries the old one lacks")
-_check_diff(_m_added, _m0, "an older manifest lacking entries the new one has")
+_pairs.append((_m0, _m_added, "a newer manifest with entries the old one lacks"))
+_pairs.append((_m_added, _m0, "an older manifest lacking entries the new one has"))
 _m_mixed = _copy.deepcopy(_m0)
 _c_removed, _c_changed, _c_added = (_rng.choice(_manifest.COMPONENTS) for _ in range(3))
 del _m_mixed[_c_removed][_rng.choice(sorted(_m_mixed[_c_removed]))]
 _m_mixed[_c_changed][_rng.choice(sorted(_m_mixed[_c_changed]))] = f"{_rng.getrandbits(24):06x}"
 _m_mixed[_c_added][f"{_c_added} extra {_rng.getrandbits(24):06x}"] = f"{_rng.getrandbits(24):06x}"
-_check_diff(_m0, _m_mixed, "an entry removed, one changed and one added")
-_check_diff(_m_mixed, _m0, "the same, the other way round")
+_pairs.append((_m0, _m_mixed, "an entry removed, one changed and one added"))
+_pairs.append((_m_mixed, _m0, "the same, the other way round"))
 _m_seed = _manifest.manifest(_OLD, _seed + _rng.randint(1, 100), _steps + _rng.randint(1, 10), _label())
-_check_diff(_m0, _m_seed, "another seed and step count")
+_pairs.append((_m0, _m_seed, "another seed and step count"))
+_got = _graded_calls(_diff, [(_old, _new) for _old, _new, _ in _pairs], off=(_manifest.diff,))
+for (_old, _new, _what), _sent in zip(_pairs, _got):
+    _check_diff(_old, _new, _sent, _what)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -209,16 +209,14 @@ def option_logprob(model, context, choice, delimiter=" "):
 
 # %% nbgrader={"grade": true, "grade_id": "test_option_logprob", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 from course.lessons import harness as _h
-from course.exercises.grading import captured_warnings as _captured, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls
 
 _model = _h.train_model(steps=250)  # the notebook's `model`, trained here (seeded: the same weights)
-def _ref(ctx, choice, delim):
-    return _h.score_continuations(_model, [_h.encode(ctx)], [_h.encode(delim + choice)])[0]
-
 _cases = [("o dorn vex", "ka", " "), ("o dorn vex", "ka rup", " "), ("mun sel", "glint o", "")]
-_want = [_ref(*c) for c in _cases]  # before switching off
-with _captured(), _off(_h.score_continuations, _h.run):
-    _got = [float(option_logprob(_model, *c)) for c in _cases]
+# each call runs apart, where this cell's data does not exist: a case brings its model along
+_got = _graded_calls(lambda _c: float(option_logprob(*_c)), [(_model, *_c) for _c in _cases],
+                     off=(_h.score_continuations, _h.run))
+_want = [_h.score_continuations(_model, [_h.encode(_x)], [_h.encode(_d + _y)])[0] for _x, _y, _d in _cases]
 assert abs(_got[0] - _want[0]) < 1e-4, "one-token option: the log-probability of ' ka' after the context"
 assert abs(_got[1] - _want[1]) < 1e-4, "two-token option: sum the log-probabilities of both tokens (' ka', ' rup')"
 assert abs(_got[2] - _want[2]) < 1e-4, "with delimiter='' the continuation is the bare choice: 'glint', then ' o'"
@@ -236,9 +234,9 @@ for _i in range(12):
     _kinds.append(f"random case {_i + 1} ({_nc}-word context, {_nw}-word choice, delimiter {_hc[-1][2]!r})")
 _hc.append(("o\nka", "ti", " "))
 _kinds.append("a context with a newline ('o\\nka'), choice 'ti', delimiter ' '")
-_hw = [_ref(*c) for c in _hc]
-with _captured(), _off(_h.score_continuations, _h.run):
-    _hg = [float(option_logprob(_model, *c)) for c in _hc]
+_hg = _graded_calls(lambda _c: float(option_logprob(*_c)), [(_model, *_c) for _c in _hc],
+                    off=(_h.score_continuations, _h.run))
+_hw = [_h.score_continuations(_model, [_h.encode(_x)], [_h.encode(_d + _y)])[0] for _x, _y, _d in _hc]
 for _k, _w, _g in zip(_kinds, _hw, _hg):
     assert abs(_g - _w) < 1e-4, f"wrong log-probability for {_k}: you gave {_g:.4f}"
 ### END HIDDEN TESTS
@@ -311,14 +309,20 @@ def accuracies(lls, choices, gold):
 import torch
 
 from course.lessons import harness as _h
-from course.exercises.grading import captured_warnings as _captured, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls
 
-with _captured(), _off(_h.accuracies, _h.correct_per_item):
-    _a = accuracies([[-2.0, -3.0], [-4.0, -1.0]], [["ab", "cd"], ["ab", "cd"]], [0, 0])
-    _b = accuracies([[-3.0, -4.0]], [["a", "abcd"]], [1])
-    _c = accuracies([[-1.0, -1.0]], [["ab", "ab"]], [1])
-    _d = accuracies(torch.tensor([[-2.0, -3.0], [-3.0, -4.0]], dtype=torch.float64), [["ab", "cd"], ["a", "abcd"]],
-                    torch.tensor([0, 1]))
+
+def _probe(case):  # apart, where this cell's data does not exist: the call, and its two numbers
+    _v = accuracies(*case)
+    return [float(_v[0]), float(_v[1])]
+
+
+_a, _b, _c, _d = _graded_calls(_probe, [
+    ([[-2.0, -3.0], [-4.0, -1.0]], [["ab", "cd"], ["ab", "cd"]], [0, 0]),
+    ([[-3.0, -4.0]], [["a", "abcd"]], [1]),
+    ([[-1.0, -1.0]], [["ab", "ab"]], [1]),
+    (torch.tensor([[-2.0, -3.0], [-3.0, -4.0]], dtype=torch.float64), [["ab", "cd"], ["a", "abcd"]], torch.tensor([0, 1])),
+], off=(_h.accuracies, _h.correct_per_item))
 assert abs(_a[0] - 0.5) < 1e-9 and abs(_a[1] - 0.5) < 1e-9, "acc: the share of items whose highest log-likelihood is gold"
 assert abs(_b[0]) < 1e-9 and abs(_b[1] - 1.0) < 1e-9, "acc_norm divides by the choice's length in characters: -3/1 < -4/4"
 assert abs(_c[0]) < 1e-9, "a tie goes to the first option (argmax)"
@@ -348,12 +352,11 @@ for _ in range(8):
     _row[_lo], _row[_hi] = _rs * _ls, _r * _ll
     _close.append((_row, _opts, _rng.choice([_lo, _hi])))
 _items1 = list(zip(_lls[:12], _ch[:12], _gd[:12])) + _close
+_got, _got2, *_got1 = _graded_calls(
+    _probe, [(torch.tensor(_lls, dtype=torch.float64), _ch, torch.tensor(_gd)), (_lls, _ch, _gd)]
+    + [([_l], [_c], [_y]) for _l, _c, _y in _items1], off=(_h.accuracies, _h.correct_per_item))
 _want = _h.accuracies(_lls, _ch, _gd)
 _want1 = [_h.accuracies([_l], [_c], [_y]) for _l, _c, _y in _items1]  # item by item
-with _captured(), _off(_h.accuracies, _h.correct_per_item):
-    _got = accuracies(torch.tensor(_lls, dtype=torch.float64), _ch, torch.tensor(_gd))
-    _got2 = accuracies(_lls, _ch, _gd)
-    _got1 = [accuracies([_l], [_c], [_y]) for _l, _c, _y in _items1]
 assert abs(float(_got[0]) - _want[0]) < 1e-9, "acc is wrong on 60 random items (tensors in)"
 assert abs(float(_got[1]) - _want[1]) < 1e-9, "acc_norm is wrong on 60 random items (tensors in): divide by len(choice)"
 assert abs(float(_got2[0]) - _want[0]) < 1e-9 and abs(float(_got2[1]) - _want[1]) < 1e-9, \

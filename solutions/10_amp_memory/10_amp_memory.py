@@ -270,60 +270,77 @@ def amp_step(model, optimizer, scaler, loss, clip):
 # %% nbgrader={"grade": true, "grade_id": "test_amp_step", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 import torch as _torch
 from course.lessons import amp as _amp
-from course.exercises.grading import captured_warnings as _cw, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls
 
 
-def _check_amp_step(seeds, clip, labels=None):
+def _toys(seeds, clip, labels=None):
+    """(label, poisoned, case) for each seed, clean then poisoned; a case is amp_step's arguments."""
+    toys = []
     for s, name in zip(seeds, labels or [f"toy {s}" for s in seeds]):
         for poison in (False, True):
             m, o, l = _amp.toy_problem(s, poison=poison)
-            g = _torch.autograd.grad(l, m.weight, retain_graph=True)[0]
-            w0 = m.weight.detach().clone()
-            sc = _torch.amp.GradScaler("cpu", init_scale=2.0 ** (10 + s % 7))
-            s0 = sc.get_scale()
-            with _cw(), _off(_amp.scaled_step):
-                got = amp_step(m, o, sc, l, clip)
-            assert isinstance(got, bool) or type(got).__name__ == "bool_", "amp_step must return True or False"
-            dw = (w0 - m.weight.detach())
-            if poison:
-                assert bool(got), f"{name}: the gradient held inf, but amp_step returned {got!r} (compare the scale across update())"
-                assert _torch.equal(m.weight.detach(), w0), f"{name}: the weights moved on a step with an inf gradient"
-                assert sc.get_scale() == s0 / 2, f"{name}: the scale should halve after a skipped step (did you call update()?)"
-            else:
-                assert not bool(got), f"{name}: a clean step was reported as skipped"
-                want = g * min(1.0, clip / (g.norm().item() + 1e-6))
-                assert _torch.allclose(dw, want, rtol=1e-4, atol=1e-5), \
-                    f"{name}: the weights moved by the wrong amount (clip the unscaled gradients to norm {clip})"
-            assert all(p.grad is None or not p.grad.any() for p in m.parameters()), f"{name}: gradients left uncleared"
+            toys.append((name, poison, (m, o, _torch.amp.GradScaler("cpu", init_scale=2.0 ** (10 + s % 7)), l, clip)))
+    return toys
 
 
-_check_amp_step([0, 1, 2], clip=1.0)
+def _step(case):
+    """Apart, where this cell's data does not exist: one amp_step, and what the checks read of it."""
+    m, o, sc, l, clip = case
+    w0 = m.weight.detach().clone()
+    got = amp_step(m, o, sc, l, clip)
+    try:
+        truth = bool(got)
+    except Exception:  # noqa: BLE001 (a check that needs it says what came back)
+        truth = None
+    return {"is_bool": isinstance(got, bool) or type(got).__name__ == "bool_", "truth": truth, "repr": repr(got),
+            "dw": (w0 - m.weight.detach()).tolist(), "unmoved": _torch.equal(m.weight.detach(), w0),
+            "scale": sc.get_scale(), "cleared": all(p.grad is None or not p.grad.any() for p in m.parameters())}
+
+
+def _check_amp_step(toys, results):
+    """The checks, here, on what the steps did apart (this kernel's toys are as built)."""
+    for (name, poison, (m, o, sc, l, clip)), got in zip(toys, results):
+        assert got["is_bool"], "amp_step must return True or False"
+        if poison:
+            assert got["truth"], f"{name}: the gradient held inf, but amp_step returned {got['repr']} (compare the scale across update())"
+            assert got["unmoved"], f"{name}: the weights moved on a step with an inf gradient"
+            assert got["scale"] == sc.get_scale() / 2, f"{name}: the scale should halve after a skipped step (did you call update()?)"
+        else:
+            assert not got["truth"], f"{name}: a clean step was reported as skipped"
+            g = _torch.autograd.grad(l, m.weight)[0]
+            want = g * min(1.0, clip / (g.norm().item() + 1e-6))
+            assert _torch.allclose(_torch.tensor(got["dw"], dtype=want.dtype), want, rtol=1e-4, atol=1e-5), \
+                f"{name}: the weights moved by the wrong amount (clip the unscaled gradients to norm {clip})"
+        assert got["cleared"], f"{name}: gradients left uncleared"
+
+
+_toys0 = _toys([0, 1, 2], clip=1.0)
+_check_amp_step(_toys0, _graded_calls(_step, [_t[2] for _t in _toys0], off=(_amp.scaled_step,)))
 ### BEGIN HIDDEN TESTS
 import random as _random
 from course.exercises.grading import hidden_seed as _hidden_seed
 
 _rng = _random.Random(_hidden_seed("h-10-stp"))
-_check_amp_step([_rng.randrange(2**62) for _ in range(3)], clip=_rng.uniform(0.2, 0.8),
-                labels=[f"random toy {i} (a small clip)" for i in (1, 2, 3)])
-_check_amp_step([_rng.randrange(2**62)], clip=_rng.uniform(60.0, 200.0), labels=["random toy 4 (a clip above its norm)"])
+_toys1 = _toys([_rng.randrange(2**62) for _ in range(3)], clip=_rng.uniform(0.2, 0.8),
+               labels=[f"random toy {i} (a small clip)" for i in (1, 2, 3)])
+_toys1 += _toys([_rng.randrange(2**62)], clip=_rng.uniform(60.0, 200.0), labels=["random toy 4 (a clip above its norm)"])
 _over = []
 for _ in range(12):  # toys whose loss is finite and whose gradient times 2**127 overflows float32
     _s = _rng.randrange(2**62)
     _m, _o, _l = _amp.toy_problem(_s)
     _g = _torch.autograd.grad(_l, _m.weight, retain_graph=True)[0]
     if _torch.isfinite(_l) and not _torch.isfinite(_g * 2.0 ** 127).all():
-        _over.append((_m, _o, _l))
+        _over.append((_m, _o, _torch.amp.GradScaler("cpu", init_scale=2.0 ** 127), _l, 1.0))
     if len(_over) == 2:
         break  # two overflowing toys drawn
 assert len(_over) == 2, "grader: too few overflowing toys drawn"
-for _i, (_m, _o, _l) in enumerate(_over):  # a finite loss whose scaled gradient overflows: the scaler skips this step too
-    _w0, _sc = _m.weight.detach().clone(), _torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
-    with _cw(), _off(_amp.scaled_step):
-        _got = amp_step(_m, _o, _sc, _l, 1.0)
-    assert bool(_got), (f"random overflowing toy {_i + 1}: the loss was finite but its scaled gradient overflowed, "
-                        f"so the scaler skipped the step; amp_step returned {_got!r}: report what the scaler did "
-                        "(its scale across update()), not the loss")
-    assert _torch.equal(_m.weight.detach(), _w0), \
+_got = _graded_calls(_step, [_t[2] for _t in _toys1] + _over, off=(_amp.scaled_step,))
+_check_amp_step(_toys1, _got[:len(_toys1)])
+for _i, _r in enumerate(_got[len(_toys1):]):  # a finite loss whose scaled gradient overflows: the scaler skips this step too
+    assert _r["truth"], (f"random overflowing toy {_i + 1}: the loss was finite but its scaled gradient overflowed, "
+                         f"so the scaler skipped the step; amp_step returned {_r['repr']}: report what the scaler did "
+                         "(its scale across update()), not the loss")
+    assert _r["unmoved"], \
         f"random overflowing toy {_i + 1}: the weights moved on a step the scaler skipped"
 ### END HIDDEN TESTS
 

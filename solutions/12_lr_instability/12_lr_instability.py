@@ -215,17 +215,17 @@ import math
 import torch
 
 from course.lessons import instability as _instability
-from course.exercises.grading import captured_warnings as _captured, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls
 
-with _captured(), _off(_instability.clipped_fraction):
-    assert abs(float(clipped_fraction([0.5, 1.5, 2.0, 0.9], 1.0)) - 0.5) < 1e-6, "two of four norms are above 1.0"
-    _got = float(clipped_fraction([1.0, 1.0, 2.0], 1.0))
-    assert abs(_got - 1 / 3) < 1e-6, f"a norm equal to the threshold is not clipped (only > counts): 1 of 3, got {_got}"
-    _got = float(clipped_fraction(torch.tensor([0.1, float("nan"), float("inf"), 0.2]), 5.0))
-    assert abs(_got - 0.5) < 1e-6, f"NaN and inf count as clipped (2 of 4), and a tensor works like a list; got {_got}"
-    assert float(clipped_fraction([], 1.0)) == 0.0, "an empty list gives 0.0"
-    assert float(clipped_fraction([3.0, 4.0], 0.01)) == 1.0 and float(clipped_fraction([3.0, 4.0], 100.0)) == 0.0, \
-        "a threshold below every norm clips all steps, one above every norm clips none"
+# each call runs apart, where this cell's data does not exist; what comes back is float(the answer)
+_got = _graded_calls(lambda _c: float(clipped_fraction(*_c)), [
+    ([0.5, 1.5, 2.0, 0.9], 1.0), ([1.0, 1.0, 2.0], 1.0), (torch.tensor([0.1, float("nan"), float("inf"), 0.2]), 5.0),
+    ([], 1.0), ([3.0, 4.0], 0.01), ([3.0, 4.0], 100.0)], off=(_instability.clipped_fraction,))
+assert abs(_got[0] - 0.5) < 1e-6, "two of four norms are above 1.0"
+assert abs(_got[1] - 1 / 3) < 1e-6, f"a norm equal to the threshold is not clipped (only > counts): 1 of 3, got {_got[1]}"
+assert abs(_got[2] - 0.5) < 1e-6, f"NaN and inf count as clipped (2 of 4), and a tensor works like a list; got {_got[2]}"
+assert _got[3] == 0.0, "an empty list gives 0.0"
+assert _got[4] == 1.0 and _got[5] == 0.0, "a threshold below every norm clips all steps, one above every norm clips none"
 ### BEGIN HIDDEN TESTS
 from course.exercises.grading import hidden_seed as _hidden_seed
 
@@ -242,17 +242,19 @@ for _l in _lists:  # two thresholds inside the norms' range, and one equal to on
     _thresholds.append([float(torch.rand(1, generator=_g)) * _top, float(torch.rand(1, generator=_g)) * _top,
                         _finite[int(torch.randint(len(_finite), (1,), generator=_g))]])
 _KIND = ("a random threshold", "another random threshold", "a threshold equal to one of the norms")
-_want = [[_instability.clipped_fraction(_l.tolist(), _t) for _t in _ts]
-         for _l, _ts in zip(_lists, _thresholds)]  # before switching off
-with _captured(), _off(_instability.clipped_fraction):
-    assert float(clipped_fraction([float("-inf")], 1.0)) == 1.0, "-inf is non-finite: clipped"
-    assert float(clipped_fraction([2.0], 2.0)) == 0.0, "equal to the threshold: not clipped"
-    for _i, (_l, _ts, _w) in enumerate(zip(_lists, _thresholds, _want)):
-        for _kind, _t, _x in zip(_KIND, _ts, _w):
-            assert abs(float(clipped_fraction(_l, _t)) - _x) < 1e-6, \
-                f"wrong fraction for random tensor {_i + 1} ({len(_l)} norms), {_kind}"
-            assert abs(float(clipped_fraction(_l.tolist(), _t)) - _x) < 1e-6, \
-                f"wrong fraction for random list {_i + 1} ({len(_l)} norms), {_kind}"
+# per random list and threshold: the tensor (a copy of its own), then the list
+_hg = _graded_calls(lambda _c: float(clipped_fraction(*_c)), [([float("-inf")], 1.0), ([2.0], 2.0)]
+                    + [(_x, _t) for _l, _ts in zip(_lists, _thresholds) for _t in _ts for _x in (_l.clone(), _l.tolist())],
+                    off=(_instability.clipped_fraction,))
+_want = [[_instability.clipped_fraction(_l.tolist(), _t) for _t in _ts] for _l, _ts in zip(_lists, _thresholds)]
+assert _hg[0] == 1.0, "-inf is non-finite: clipped"
+assert _hg[1] == 0.0, "equal to the threshold: not clipped"
+for _i, (_l, _w) in enumerate(zip(_lists, _want)):
+    for _j, (_kind, _x) in enumerate(zip(_KIND, _w)):
+        assert abs(_hg[2 + 6 * _i + 2 * _j] - _x) < 1e-6, \
+            f"wrong fraction for random tensor {_i + 1} ({len(_l)} norms), {_kind}"
+        assert abs(_hg[3 + 6 * _i + 2 * _j] - _x) < 1e-6, \
+            f"wrong fraction for random list {_i + 1} ({len(_l)} norms), {_kind}"
 ### END HIDDEN TESTS
 
 # %% tags=["demo"]
@@ -391,18 +393,27 @@ def real_change(baseline, candidate):
 import torch
 
 from course.lessons import instability as _instability
-from course.exercises.grading import captured_warnings as _captured, switched_off as _off
+from course.exercises.grading import graded_calls as _graded_calls
 
-with _captured(), _off(_instability.real_change, _instability.spread):
-    assert real_change([1.0, 1.1, 1.2], [0.5, 0.55, 0.6]) in (True,), "mean 1.1 against 0.55: 0.55 lower, ranges 0.2 and 0.1"
-    assert real_change([1.0, 1.3], [0.9, 0.95]) in (False,), \
-        "mean 1.15 against 0.925 is 0.225 lower, but the baseline's range is 0.3: inside the noise"
-    assert real_change([0.5, 0.55], [1.0, 1.1]) in (False,), "a candidate that is worse is not an improvement"
-    assert real_change([2.0], [1.0]) in (True,), "single values have range 0: any decrease counts"
-    assert real_change([1.0, 1.0], [0.5, 0.5, 0.5, 1.5]) in (False,), \
-        "lists of different lengths: mean 1.0 against 0.75, but the candidate's range is 1.0"
-    assert bool(real_change(torch.tensor([1.0, 1.2]), torch.tensor([0.7, 0.75]))) is True, "tensors work like lists"
-    assert real_change([1.0, 1.5], [0.75, 0.75]) in (False,), "a decrease (0.5) equal to the range (0.5) is not more than it"
+
+def _probe(case):  # apart, where this cell's data does not exist: the answer, as the checks read it
+    _v = real_change(*case)
+    return {"in_true": _v in (True,), "in_false": _v in (False,), "bool": bool(_v)}
+
+
+_got = _graded_calls(_probe, [
+    ([1.0, 1.1, 1.2], [0.5, 0.55, 0.6]), ([1.0, 1.3], [0.9, 0.95]), ([0.5, 0.55], [1.0, 1.1]), ([2.0], [1.0]),
+    ([1.0, 1.0], [0.5, 0.5, 0.5, 1.5]), (torch.tensor([1.0, 1.2]), torch.tensor([0.7, 0.75])), ([1.0, 1.5], [0.75, 0.75]),
+], off=(_instability.real_change, _instability.spread))
+assert _got[0]["in_true"], "mean 1.1 against 0.55: 0.55 lower, ranges 0.2 and 0.1"
+assert _got[1]["in_false"], \
+    "mean 1.15 against 0.925 is 0.225 lower, but the baseline's range is 0.3: inside the noise"
+assert _got[2]["in_false"], "a candidate that is worse is not an improvement"
+assert _got[3]["in_true"], "single values have range 0: any decrease counts"
+assert _got[4]["in_false"], \
+    "lists of different lengths: mean 1.0 against 0.75, but the candidate's range is 1.0"
+assert _got[5]["bool"] is True, "tensors work like lists"
+assert _got[6]["in_false"], "a decrease (0.5) equal to the range (0.5) is not more than it"
 ### BEGIN HIDDEN TESTS
 from course.exercises.grading import hidden_seed as _hidden_seed
 
@@ -411,7 +422,7 @@ for _k in range(8):  # random pairs that hold both answers, a gain inside the no
     _pairs = [((torch.rand(int(torch.randint(1, 6, (1,), generator=_g)), generator=_g) + _s).tolist(),
                torch.rand(int(torch.randint(1, 6, (1,), generator=_g)), generator=_g).tolist())
               for _s in (0.0, 0.3, 0.6, 0.9, 1.2, 1.5) for _ in range(4)]
-    _want = [_instability.real_change(_b, _c) for _b, _c in _pairs]  # before switching off
+    _want = [_instability.real_change(_b, _c) for _b, _c in _pairs]  # the draw's answers (deleted where yours runs)
     _sp = [(_instability.spread(_b), _instability.spread(_c)) for _b, _c in _pairs]
     _gain = [_sb["mean"] - _sc["mean"] for _sb, _sc in _sp]
     if (len(set(_want)) == 2 and any(_x > 0 and not _w for _x, _w in zip(_gain, _want))
@@ -419,12 +430,13 @@ for _k in range(8):  # random pairs that hold both answers, a gain inside the no
         break  # a suitable draw
 else:  # every redraw was unsuitable
     raise AssertionError("grader: no random pairs held every kind of case")
-with _captured(), _off(_instability.real_change, _instability.spread):
-    assert real_change([3.0, 1.0], [0.1, 0.3, 0.2]) in (False,), "gain 1.8 against the baseline's range 2.0"
-    assert real_change([1.0, 1.0, 1.0], [0.99]) in (True,), "ranges 0: a gain of 0.01 counts"
-    for _i, ((_b, _c), _w) in enumerate(zip(_pairs, _want)):
-        assert bool(real_change(_b, _c)) is _w, \
-            f"wrong for random pair {_i + 1} (a baseline of {len(_b)} seeds, a candidate of {len(_c)})"
+_hg = _graded_calls(_probe, [([3.0, 1.0], [0.1, 0.3, 0.2]), ([1.0, 1.0, 1.0], [0.99])] + _pairs,
+                    off=(_instability.real_change, _instability.spread))
+assert _hg[0]["in_false"], "gain 1.8 against the baseline's range 2.0"
+assert _hg[1]["in_true"], "ranges 0: a gain of 0.01 counts"
+for _i, ((_b, _c), _w, _r) in enumerate(zip(_pairs, _want, _hg[2:])):
+    assert _r["bool"] is _w, \
+        f"wrong for random pair {_i + 1} (a baseline of {len(_b)} seeds, a candidate of {len(_c)})"
 ### END HIDDEN TESTS
 
 # %% [markdown]
