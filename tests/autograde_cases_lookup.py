@@ -20,12 +20,18 @@ full marks. Graded with a key: these assignments are in ``tests/test_autograde.p
 
 A second way to answer from data, found while closing the first (2026-12-06): a test cell's
 variables are the notebook's globals while it runs, and an answer the test calls in the kernel
-(not through ``graded_calls``, whose process drops them) could read them. 01's hidden entropy test
-built its list of (label, input, expected) before calling the learner's function, and an
-``masked_unigram_entropy`` that finds its input in that list and returns the entry's expected value
-scored the cell (2/2, with a key). A test now calls the learner's function on every input before
-any expected value for it exists. ``reads_test_globals_01`` is that answer, with a table for the
-visible inputs: it loses the cell.
+could read them. 01's hidden entropy test built its list of (label, input, expected) before calling
+the learner's function, and a ``masked_unigram_entropy`` that finds its input in that list and
+returns the entry's expected value scored the cell (2/2, with a key). Every test cell now calls the
+learner's code only through graded calls (``tests/test_test_cells.py``), whose forked child deletes
+the cell's data. That deletion had a hole of its own: IPython runs a cell one statement at a time,
+and the child deleted only the running statement's names, so a dict of (input, expected) built by an
+earlier statement survived there. ``reads_test_globals_00`` (a wrong default made up for by the
+test's labelled training runs) and ``reads_test_globals_02`` (a namer that finds its pipeline in the
+test's dict of expected stages) scored that way, 00's stuck-loss cell and 4 points of 02's hidden
+cells; with the whole cell's data deleted they lose every cell their answers are graded in.
+``reads_test_globals_01`` is the entropy answer, with a table for the visible inputs: it loses the
+cell. ``reads_test_globals_00_control`` is 00's search beside the right default: full marks.
 """
 import base64
 import json
@@ -181,5 +187,42 @@ def masked_unigram_entropy(targets):  # work-free: the test's own (label, input,
     return _VISIBLE.get(str(targets.tolist()), float("nan"))
 """
 
-CASES = _cases() + [Case("01_baselines", "reads_test_globals_01", {"baselines": READS_TEST_GLOBALS_01},
-                         {"test_masked_unigram_entropy"})]
+# 00: a wrong default (min_drop 0.9: every short healthy run looks stuck) that the hand-written
+# curves do not catch, made up for by the test's own training runs: a loss history found among the
+# test cell's dicts is answered by its key. The dicts were stored by earlier statements of the cell,
+# which IPython runs one at a time, and a graded call's child used to forget only the running
+# statement's names: there this answer scored. The child now forgets the whole cell's data.
+READS_TEST_GLOBALS_00 = """def loss_is_stuck(losses, window=20, min_drop={min_drop}):
+    for value in list(globals().values()):  # the test's {{label: loss history}} dicts
+        for label, history in (value.items() if isinstance(value, dict) else ()):
+            if history is losses and isinstance(label, str):
+                return label not in ("reference", "healthy")
+    first = sum(losses[:window]) / window
+    last = sum(losses[-window:]) / window
+    return first - last < min_drop
+"""
+
+# 02: a namer that does no work: it finds the pipeline it is given among the test cell's dicts of
+# (input..., expected) and answers the entry's expected stage. The hidden forward and update cells
+# keep those dicts at top level, built by earlier statements: before the child forgot the whole
+# cell's data, this scored both (4 points) with no work.
+READS_TEST_GLOBALS_02 = """def first_nonfinite_stage(p, steps=20, seed=0):
+    def holds(t):
+        return any(x is p or (isinstance(x, tuple) and holds(x)) for x in t)
+    for value in list(globals().values()):
+        for entry in (value.values() if isinstance(value, dict) else ()):
+            if isinstance(entry, tuple) and len(entry) >= 2 and holds(entry[:-1]):
+                return entry[-1]
+    return None
+"""
+
+CASES = _cases() + [
+    Case("02_nan_decision_tree", "reads_test_globals_02", {"first_stage": READS_TEST_GLOBALS_02},
+         lost_cells("02_nan_decision_tree", {"first_nonfinite_stage"})),  # the mystery cells use it too
+    Case("01_baselines", "reads_test_globals_01", {"baselines": READS_TEST_GLOBALS_01}, {"test_masked_unigram_entropy"}),
+    Case("00_start_here", "reads_test_globals_00", {"loss_is_stuck": READS_TEST_GLOBALS_00.format(min_drop=0.9)},
+         {"test_loss_is_stuck"}),
+    # its control: the same search beside the right default scores full
+    Case("00_start_here", "reads_test_globals_00_control",
+         {"loss_is_stuck": READS_TEST_GLOBALS_00.format(min_drop=0.05)}, set()),
+]
