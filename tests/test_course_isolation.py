@@ -11,7 +11,7 @@ import pytest
 
 from course import Pipeline
 from course.exercises import mystery
-from course.exercises.grading import SwitchedOff, assert_detector, assert_names, graded_calls
+from course.exercises.grading import SwitchedOff, assert_detector, assert_names
 from course.exercises.isolation import Sealed, private_helpers, run_apart
 
 SMALL = Pipeline().replace(steps=5, n_train=256, n_val=64)
@@ -759,14 +759,3 @@ def test_a_fix_whose_kernel_rerun_reads_the_answer_cannot_rewrite_the_choice_mad
         mystery.check_fix(zero_work, [draws["broken"]], lambda fixed: None)
     assert reached and "drawn" in reached[0], "control: the re-run read check_fix's frame"
 
-
-def test_the_learners_code_cannot_take_the_frame_that_called_it():
-    """``sys._getframe(n)`` from a learner's function handed out the package frame that called it
-    (a library frame), whose locals a package function that calls learner code may hold its
-    reference in (06's race did). Refused apart; the control, the same call in this process,
-    gets the caller's frame."""
-    def caller_locals(case):
-        return sorted(sys._getframe(1).f_locals)
-    assert caller_locals(0), "control: in this process the caller's frame is there to read"
-    with pytest.raises(Sealed, match="sys._getframe"):
-        graded_calls(caller_locals, [0])

@@ -167,12 +167,12 @@ def _make_hook(keeper_code=None):
             frame = args[0] if args else None
             if frame is None:
                 return None
-            # refused: a notebook's frame to anyone (``inspect.currentframe()``), any frame to a
-            # notebook's code (``sys._getframe(2)`` from the learner's function reaches the package
-            # frame that called it, and that frame's locals), a frame in or below a mystery part
-            caller = getframe(2)
-            if not library(frame.f_code.co_filename) or caller is None or not library(caller.f_code.co_filename) \
-                    or chain_sealed(frame):
+            # refused: a notebook's frame (``inspect.currentframe()``), a frame in or below a mystery
+            # part. Not refused: a library frame to a notebook's code (``sys._getframe(1)`` from the
+            # learner's function is the package frame that called it): refusing it voided honest
+            # grading in 06 (docs/grading-integrity.md, (f)), so no package frame that calls learner
+            # code may hold a reference result
+            if not library(frame.f_code.co_filename) or chain_sealed(frame):
                 return message.format("sys._getframe")
             return None
         if event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs:
