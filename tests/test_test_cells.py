@@ -140,6 +140,14 @@ def hidden_after_kernel_rerun(nb: dict) -> list:
     return found
 
 
+def _graded_test_cells(nb: dict):
+    """(cell, its nbgrader metadata) of each autograder-test cell: code, graded, not an answer."""
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        if cell["cell_type"] == "code" and meta.get("grade") and not meta.get("solution"):
+            yield cell, meta
+
+
 def _load(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -248,10 +256,7 @@ def unsalted_tests(nb: dict, assignment: str = "") -> dict:
     inputs the repository's text gives, for every learner and every course: an answer that looks its
     input up in a table made offline from that text scores (red team 14, notebooks 01 and 03)."""
     found = {}
-    for cell in nb["cells"]:
-        meta = _nbgrader(cell)
-        if cell["cell_type"] != "code" or not meta.get("grade") or meta.get("solution"):
-            continue
+    for cell, meta in _graded_test_cells(nb):
         if (assignment, meta.get("grade_id")) in FORM_ONLY:
             continue
         text = _source(cell)
@@ -324,10 +329,7 @@ def learner_code_in_kernel(nb: dict, assignment: str = "") -> dict:
     the expected value (route (f) of docs/grading-integrity.md)."""
     allowed = answers(nb)
     found = {}
-    for cell in nb["cells"]:
-        meta = _nbgrader(cell)
-        if cell["cell_type"] != "code" or not meta.get("grade") or meta.get("solution"):
-            continue
+    for cell, meta in _graded_test_cells(nb):
         if (assignment, meta.get("grade_id")) in IN_KERNEL:
             continue
         tree = ast.parse(_source(cell))
