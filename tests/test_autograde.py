@@ -263,6 +263,14 @@ def _lines(page: str) -> set:
     return {ln.strip() for ln in _text(page).splitlines()}
 
 
+def _own_lines(nb: dict) -> set:
+    """The stripped source lines of notebook ``nb``'s cells other than autograder tests: what the
+    student wrote or was given, never a hidden test."""
+    return {ln.strip() for c in nb["cells"] if not (grading.nbgrader_meta(c).get("grade")
+                                                    and not grading.nbgrader_meta(c).get("solution"))
+            for ln in "".join(c["source"]).splitlines()}
+
+
 def test_nbgrader_config_values():
     """The settings nbgrader must run with, read back through nbgrader's own classes."""
     from traitlets.config.loader import PyFileConfigLoader
@@ -387,7 +395,8 @@ def test_feedback_shows_no_hidden_tests(graded, assignment):
     if not secret:
         pytest.skip(f"{assignment} has no hidden tests")
     for student in run.students:
-        leaked = sorted(secret & _lines(run.feedback(student)))
+        # a line the student wrote in their own cells (``out = []``) is theirs to see, not a leak
+        leaked = sorted((secret - _own_lines(run.autograded(student))) & _lines(run.feedback(student)))
         assert not leaked, f"feedback of {student} shows hidden-test lines: {leaked[:5]}"
     # control: the same feedback without ClearHiddenTests (made by ``grade``) does show them, so
     # the check can see
