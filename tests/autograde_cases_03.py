@@ -32,6 +32,28 @@ def collate_sft(examples, template, pad_id, eos_id):
     return Batch(inputs, targets, pad_id)
 """
 
+# The right rows, but float32 (torch.zeros' default): token ids must be torch.long, and torch.equal
+# alone would take this batch for its int64 twin.
+_COLLATE_FLOAT = """from course.toolkit.batch import Batch
+
+
+def collate_sft(examples, template, pad_id, eos_id):
+    rows, n_context = [], []
+    for prompt, answer in examples:
+        context = list(template.user) + prompt.tolist() + list(template.assistant)
+        rows.append(context + answer.tolist() + [eos_id])
+        n_context.append(len(context))
+    width = max(len(r) for r in rows)
+    seqs = torch.zeros(len(rows), width) + pad_id
+    for i, r in enumerate(rows):
+        seqs[i, : len(r)] = torch.tensor(r)
+    inputs, targets = seqs[:, :-1].clone(), seqs[:, 1:].clone()
+    for i, (r, c) in enumerate(zip(rows, n_context)):
+        targets[i, : max(c - 1, 0)] = IGNORE
+        targets[i, len(r) - 1:] = IGNORE
+    return Batch(inputs, targets, pad_id)
+"""
+
 DETECT_ALT = '''def detect(pipe):
     """True if ``pipe`` cannot learn correctly."""
     try:  # a pipeline that crashes under the test is broken (the exercise's rule)
@@ -380,6 +402,7 @@ def leaks(model, tokens, along="batch"):
 CASES = [
     # ---- Exercise 2: the collator
     Case(_A, "collate_prefix_scored", {"collate_sft": _COLLATE_PREFIX_SCORED}, _COLLATE_TESTS),
+    Case(_A, "collate_float_batch", {"collate_sft": _COLLATE_FLOAT}, _COLLATE_TESTS),
     # correct, but torch warns about torch.tensor(a_tensor): the warning goes to stdout, full marks
     Case(_A, "collate_tensor_copy_warns", {"collate_sft": COLLATE_TENSOR_COPY}, set()),
     # delegating to the package: switched off in every test cell

@@ -155,3 +155,23 @@ def test_hidden_seed_is_the_salts_own_outside_grading_and_moves_with_the_secret(
     for bad in ("", None, b"h-test-1"):
         with pytest.raises(ValueError, match="salt"):
             grading.hidden_seed(bad)
+
+
+def test_tensor_data_round_trips_dtype_shape_and_values():
+    import torch
+    for t in (torch.arange(6).reshape(2, 3), torch.zeros(0, 4), torch.tensor(3),
+              torch.tensor([1.5, -2.0], dtype=torch.float64), torch.ones(2, requires_grad=True)):
+        back = grading.tensor_from_data(grading.tensor_data(t))
+        assert (back.dtype, back.shape) == (t.dtype, t.shape) and torch.equal(back, t.detach()), \
+            f"{t!r} came back as {back!r}"
+    # what the test compares that torch.equal does not: an int64 batch and its float copy differ
+    long, flt = (grading.tensor_from_data(grading.tensor_data(x)) for x in (torch.arange(3), torch.arange(3.0)))
+    assert torch.equal(long, flt) and long.dtype != flt.dtype
+
+
+def test_tensor_data_names_what_was_not_a_tensor():
+    import numpy as np
+    assert grading.tensor_data([1, 2]) == {"type": "list"}
+    assert grading.tensor_data(np.zeros(2)) == {"type": "numpy.ndarray"}
+    with pytest.raises(TypeError, match="expected a torch.Tensor, got numpy.ndarray"):
+        grading.tensor_from_data(grading.tensor_data(np.zeros(2)))

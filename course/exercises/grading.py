@@ -175,6 +175,31 @@ def graded_calls(fn: Callable, cases: list, send: Callable[[object], object] | N
     return [o.get() for o in run_apart(fn, list(cases), lambda case, value: send(value), off=off)]
 
 
+def tensor_data(value) -> dict:
+    """``value`` as plain data for a graded call to send back, when the learner's code should have
+    returned a tensor: ``{"dtype": "int64", "shape": [2, 3], "values": [...]}`` (the values
+    flattened, as Python numbers), or ``{"type": "module.Name"}`` for anything that is not a tensor.
+    ``tensor_from_data`` rebuilds it in the test, which can then compare dtype, shape and values
+    (``torch.equal`` alone ignores the dtype: an int64 batch equals its float copy)."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        kind = type(value)
+        return {"type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
+    return {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
+            "values": value.detach().flatten().tolist()}
+
+
+def tensor_from_data(data: dict):
+    """The tensor that ``tensor_data`` described, with its dtype and shape. Raises TypeError naming
+    what was returned instead when it was not a tensor."""
+    import torch
+
+    if "dtype" not in data:
+        raise TypeError(f"expected a torch.Tensor, got {data.get('type', '?')}")
+    return torch.tensor(data["values"], dtype=getattr(torch, data["dtype"])).reshape(data["shape"])
+
+
 def sendable(value):
     """``value`` if it is plain data (None, bool, int, float, str, and lists, tuples and dicts of
     them), else a description of what it was: what ``graded_calls`` sends back by default."""

@@ -673,10 +673,11 @@ from course.exercises.grading import graded_calls as _graded_calls
 
 
 def _rows(case):
-    """Your collate_sft on one (examples, template): the rows of the batch's inputs and targets."""
+    """Your collate_sft on one (examples, template): the dtypes and rows of the batch's inputs and targets."""
     examples, template = case
     b = collate_sft(examples, template, pad_id=16, eos_id=17)
-    return {"inputs": b.inputs.tolist(), "targets": b.targets.tolist()}
+    return {"dtypes": [str(b.inputs.dtype), str(b.targets.dtype)],
+            "inputs": b.inputs.tolist(), "targets": b.targets.tolist()}
 
 
 _none = torch.tensor([], dtype=torch.long)
@@ -686,6 +687,8 @@ _got = _graded_calls(_rows, [([(torch.tensor([7, 8]), torch.tensor([9, 5])), (to
                              ([(_none, torch.tensor([4, 5])), (torch.tensor([3]), _none)], Template())],
                      off=(_sft.collate_sft, _batch.prompt_answer_batch))
 _b = _got[0]
+assert _b["dtypes"] == ["torch.int64", "torch.int64"], \
+    f"inputs and targets must be torch.long (int64), as token ids are: got {_b['dtypes']}"
 # row 0: 0 7 8 2 3 9 5 17 ; row 1: 0 6 2 3 4 17 16 16
 assert _b["inputs"] == [[0, 7, 8, 2, 3, 9, 5], [0, 6, 2, 3, 4, 17, 16]], f"inputs {_b['inputs']}"
 assert _b["targets"][0] == [_I, _I, _I, _I, 9, 5, 17], \
@@ -722,32 +725,25 @@ for _what, _tpl in _tpls:
     _cases.append((_what, _ex, _tpl))
 
 
-def _sent(t):
-    """A returned tensor as plain data (dtype, shape, values), rebuilt here by _tensor to compare."""
-    if not isinstance(t, torch.Tensor):
-        kind = type(t)
-        return {"type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
-    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": t.flatten().tolist()}
+from course.exercises.grading import tensor_data as _tensor_data, tensor_from_data as _tensor_from_data
 
 
-def _tensor(d):
-    if "dtype" not in d:  # what torch.equal said of it
-        raise TypeError(f"equal(): argument 'input' (position 1) must be Tensor, not {d['type']}")
-    return torch.tensor(d["values"], dtype=getattr(torch, d["dtype"])).reshape(d["shape"])
-
-
-def _probe(case):
+def _probe(case):  # apart: the batch's two tensors as plain data (dtype, shape, values)
     examples, template, pad, eos = case
     b = collate_sft(examples, template, pad, eos)
-    return {"inputs": _sent(b.inputs), "targets": _sent(b.targets)}
+    return {"inputs": _tensor_data(b.inputs), "targets": _tensor_data(b.targets)}
+
+
+def _same(got, want):  # dtype too: torch.equal alone takes a float batch for its int64 twin
+    return got.dtype == want.dtype and torch.equal(got, want)
 
 
 _got = _graded_calls(_probe, [(_ex, _tpl, _pad, _eos) for _what, _ex, _tpl in _cases],
                      off=(_sft.collate_sft, _batch.prompt_answer_batch))
 for (_what, _ex, _tpl), _b in zip(_cases, _got):
     _want = _sft.collate_sft(_ex, _tpl, _pad, _eos)  # the reference
-    assert torch.equal(_tensor(_b["inputs"]), _want.inputs) and torch.equal(_tensor(_b["targets"]), _want.targets), \
-        (f"wrong batch for random examples, {_what} (other pad and EOS ids): compare the row lengths, "
+    assert _same(_tensor_from_data(_b["inputs"]), _want.inputs) and _same(_tensor_from_data(_b["targets"]), _want.targets), \
+        (f"wrong batch for random examples, {_what} (other pad and EOS ids): compare the dtype (torch.long), the row lengths, "
          "the padding and the ignored targets")
 ### END HIDDEN TESTS
 
@@ -783,33 +779,25 @@ for _what, _tpl in (("the default template", _Template(user=(0, 1), assistant=(2
     _lang = _p.language()
     _cases.append((_what, _p, _seed, _step, _examples_at(_p, _seed, _step), _tpl, _lang.PAD, _lang.EOS))
 
-
-def _sent(t):
-    """A returned tensor as plain data (dtype, shape, values), rebuilt here by _tensor to compare."""
-    if not isinstance(t, _torch.Tensor):
-        kind = type(t)
-        return {"type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
-    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "values": t.flatten().tolist()}
+from course.exercises.grading import tensor_data as _tensor_data, tensor_from_data as _tensor_from_data
 
 
-def _tensor(d):
-    if "dtype" not in d:  # what torch.equal said of it
-        raise TypeError(f"equal(): argument 'input' (position 1) must be Tensor, not {d['type']}")
-    return _torch.tensor(d["values"], dtype=getattr(_torch, d["dtype"])).reshape(d["shape"])
-
-
-def _probe(case):
+def _probe(case):  # apart: the batch's two tensors as plain data (dtype, shape, values)
     examples, template, pad, eos = case
     b = collate_sft(examples, template, pad, eos)
-    return {"inputs": _sent(b.inputs), "targets": _sent(b.targets)}
+    return {"inputs": _tensor_data(b.inputs), "targets": _tensor_data(b.targets)}
+
+
+def _same(got, want):  # dtype too: torch.equal alone takes a float batch for its int64 twin
+    return got.dtype == want.dtype and _torch.equal(got, want)
 
 
 _got = _graded_calls(_probe, [(_ex, _tpl, _pad, _eos) for _what, _p, _seed, _step, _ex, _tpl, _pad, _eos in _cases],
                      off=(_sft.collate_sft, _batch.prompt_answer_batch))
 for (_what, _p, _seed, _step, _ex, _tpl, _pad, _eos), _b in zip(_cases, _got):
     _want = _batch_at(_p, _seed, _step)  # the reference
-    assert _torch.equal(_tensor(_b["inputs"]), _want.inputs) and _torch.equal(_tensor(_b["targets"]), _want.targets), \
-        (f"wrong batch for a random batch of an SFT pipeline with {_what}: compare the row lengths, the padding "
+    assert _same(_tensor_from_data(_b["inputs"]), _want.inputs) and _same(_tensor_from_data(_b["targets"]), _want.targets), \
+        (f"wrong batch for a random batch of an SFT pipeline with {_what}: compare the dtype (torch.long), the row lengths, the padding "
          "and the ignored targets")
 ### END HIDDEN TESTS
 
