@@ -78,6 +78,19 @@ def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss
     return _orig(policy, step, loss=loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s, val_loss=val_loss)
 """
 
+# A copy of the reference made before the test (red team, issue 31): switching AlertPolicy.observe off
+# replaces that function's code, never a copy's, so the guard refuses the copy in the answer cell.
+_OBSERVE_COPIED_REFERENCE = _HEADER + """import types as _types
+
+_f = AlertPolicy.observe
+_copy = _types.FunctionType(_f.__code__, _f.__globals__, _f.__name__, _f.__defaults__, _f.__closure__)
+_copy.__kwdefaults__ = _f.__kwdefaults__
+
+
+def observe(policy, step, loss=None, grad_norm=None, tokens_per_s=None, val_loss=None):
+    return _copy(policy, step, loss=loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s, val_loss=val_loss)
+"""
+
 # ----- detect ---------------------------------------------------------------------------------------
 _FIRST_SPIKE = """import statistics
 
@@ -254,6 +267,7 @@ CASES = [
                                "    return []\n"},
          OBSERVE_TESTS),
     Case(A, "observe_saved_reference", {"observe": _OBSERVE_SAVED_REFERENCE}, OBSERVE_TESTS),
+    Case(A, "observe_copied_reference", {"observe": _OBSERVE_COPIED_REFERENCE}, OBSERVE_TESTS),
     Case(A, "detect_reads_repr", {"detect": _DETECT_REPR}, DETECT_TESTS),
     Case(A, "detect_delegates", {"detect": _DETECT_DELEGATES}, DETECT_TESTS),
     Case(A, "name_constant", {"name_cause": _NAME_CONSTANT}, NAME_TESTS),

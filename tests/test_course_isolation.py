@@ -759,3 +759,21 @@ def test_a_fix_whose_kernel_rerun_reads_the_answer_cannot_rewrite_the_choice_mad
         mystery.check_fix(zero_work, [draws["broken"]], lambda fixed: None)
     assert reached and "drawn" in reached[0], "control: the re-run read check_fix's frame"
 
+
+
+def test_a_copy_of_a_switched_off_function_made_apart_is_refused():
+    """``types.FunctionType(f.__code__, ...)`` makes a function that ``off=`` never touched (red
+    team, this stop). Made inside the graded call, the copy is refused; the package's own gates
+    (copies it makes of private helpers) still work. Control: the same copy in the kernel runs."""
+    import types
+    from course.toolkit import preflight
+
+    code = preflight.preflight.__code__  # read before the call: apart, __code__ is the switch's own
+
+    def copy_of(f):
+        return types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    out = run_apart(lambda case: copy_of(preflight.preflight) is not None, [()], lambda case, v: v,
+                    off=[preflight.preflight])
+    with pytest.raises(Sealed, match="copying a function of the course package"):
+        out[0].get()
+    assert copy_of(preflight.preflight) is not None  # the kernel: no seal there

@@ -130,8 +130,10 @@ def _make_hook(keeper_code=None):
       ``gi_frame``, to anyone (a library's helper too: ``inspect.getgeneratorlocals``,
       ``traceback.walk_stack``), and a part's generator itself (``gi_frame``, ``gi_code``);
     * any frame to a notebook's code (code outside the installed libraries and ``course``);
-    * replacing a function's ``__code__``; opening anything under ``/proc`` or IPython's profile
-      folder (its history database), or any ``*.sqlite`` file.
+    * replacing a function's ``__code__``, and copying a function of ``course`` (``types.FunctionType``
+      on its code object) from code outside the package: a copy is not switched off with it;
+    * opening anything under ``/proc`` or IPython's profile folder (its history database), or any
+      ``*.sqlite`` file.
 
     One read is allowed: ``gi_frame`` of a part's generator by ``keeper_code``
     (``course.exercises.mystery._keeper``, whose frame keeps what it reads and is itself refused).
@@ -144,6 +146,7 @@ def _make_hook(keeper_code=None):
     getframe, isinstance_, str_, bytes_ = sys._getframe, isinstance, str, bytes
     fsdecode, abspath, realpath, normpath = os.fsdecode, os.path.abspath, os.path.realpath, os.path.normpath
     frame_type, traceback_type, generator_type = types.FrameType, types.TracebackType, types.GeneratorType
+    code_type = types.CodeType
     holder_codes = set()
     ipython_dir = realpath(os.path.expanduser("~/.ipython")) + os.sep
     message = "{} is not allowed while your answer is graded: test the pipeline's behaviour instead"
@@ -192,6 +195,13 @@ def _make_hook(keeper_code=None):
             return None
         if event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__":
             return message.format("replacing a function's __code__")
+        if event == "function.__new__" and args and isinstance_(args[0], code_type) \
+                and args[0].co_filename.startswith(course_dir):
+            # a copy of a package function (``types.FunctionType(f.__code__, ...)``) is not the
+            # function that ``off=`` switched off; the package's own copies (its gates) are allowed
+            caller = getframe(2)
+            if caller is None or not caller.f_code.co_filename.startswith(course_dir):
+                return message.format("copying a function of the course package")
         if event == "open" and args and isinstance_(args[0], (str_, bytes_)):
             path = fsdecode(args[0])
             full = realpath(normpath(abspath(path)))

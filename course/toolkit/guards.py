@@ -90,7 +90,9 @@ def switched_off(*functions: Callable):
     """Inside the block, each of ``functions`` (module functions or methods of a class) raises
     ``SwitchedOff`` when called, however it is reached: through its module, its class, or a
     reference saved earlier, and so does every function of ``course`` it wraps (``_functions``).
-    Restored on exit, also after an error."""
+    Restored on exit, also after an error. A copy made earlier (``types.FunctionType(f.__code__,
+    ...)``) is another function and is not switched off: the grading kernel and a graded call's
+    process refuse to make such a copy of a ``course`` function (docs/grading-integrity.md)."""
     fns = _functions(functions)
     saved = [(fn, fn.__code__) for fn in fns]
     try:
