@@ -328,22 +328,28 @@ def install(shell) -> None:
     # source as it is compiled. A process forked from the kernel (a graded call's, course.exercises.isolation)
     # may add its own seal.
     kernel_pid, getpid = os.getpid(), os.getpid
-    # Nor a copy of a function of the course package made outside it (``types.FunctionType(f.__code__,
-    # ...)``, red team, this stop): a test's ``off=`` switches the package's function off, never a copy
-    # of it, so a copy made in an answer cell ran the package's answer inside the graded call. (In a
-    # graded call's process the seal refuses the same, course.exercises.isolation.)
+    # Nor a copy of a function of the course package (``types.FunctionType(f.__code__, ...)``, red team,
+    # 2026-12-07): a test's ``off=`` switches the package's function off, never a copy of it, so a copy
+    # made in an answer cell ran the package's answer inside the graded call. Only the package's own
+    # copies are made: by a module of ``course`` at its import (``nonfinite._bad``) and by
+    # ``course.exercises.isolation._switch_off_for_good`` (its gates, in a graded call's process). Any
+    # other caller is refused, a package function included: one that calls a callable the notebook
+    # handed it (a ``functools.partial`` of ``FunctionType`` as an optimizer's ``step``) would make
+    # the copy for it (a fresh reader, 2026-12-07). The seal refuses the same
+    # (course.exercises.isolation).
     course_spec = importlib.util.find_spec("course")  # located, not imported (that imports torch)
     course_dir = os.path.dirname(os.path.abspath(course_spec.origin)) + os.sep \
         if course_spec is not None and course_spec.origin else None
     code_type = types.CodeType
+    own_copiers = frozenset({"<module>", "_switch_off_for_good"})
 
     def no_more_hooks(event, args):
         if event == "sys.addaudithook" and getpid() == kernel_pid:
             raise RuntimeError("audit hooks are refused in the grading kernel")
         if event == "function.__new__" and course_dir and args and type_(args[0]) is code_type \
                 and args[0].co_filename.startswith(course_dir):
-            caller = getframe(1)
-            if caller is None or not caller.f_code.co_filename.startswith(course_dir):
+            caller = getframe(1).f_code
+            if not (caller.co_filename.startswith(course_dir) and caller.co_name in own_copiers):
                 raise PermissionError("copying a function of the course package (types.FunctionType on its "
                                       "code) is refused while grading: a test switches the package's "
                                       "function off, and a copy of it would answer for you")

@@ -178,7 +178,8 @@ def graded_calls(fn: Callable, cases: list, send: Callable[[object], object] | N
 def tensor_data(value) -> dict:
     """``value`` as plain data for a graded call to send back, when the learner's code should have
     returned a tensor: ``{"dtype": "int64", "shape": [2, 3], "values": [...]}`` (the values
-    flattened, as Python numbers), or ``{"type": "module.Name"}`` for anything that is not a tensor.
+    flattened, as Python numbers), or ``{"type": "module.Name"}`` (``"Name"`` for a builtin type) for
+    anything that is not a tensor.
     ``tensor_from_data`` rebuilds it in the test, which can then compare dtype, shape and values
     (``torch.equal`` alone ignores the dtype: an int64 batch equals its float copy)."""
     import torch

@@ -146,7 +146,7 @@ def _make_hook(keeper_code=None):
     getframe, isinstance_, str_, bytes_ = sys._getframe, isinstance, str, bytes
     fsdecode, abspath, realpath, normpath = os.fsdecode, os.path.abspath, os.path.realpath, os.path.normpath
     frame_type, traceback_type, generator_type = types.FrameType, types.TracebackType, types.GeneratorType
-    code_type = types.CodeType
+    code_type, own_copiers = types.CodeType, frozenset({"<module>"})  # the gates are made before the seal
     holder_codes = set()
     ipython_dir = realpath(os.path.expanduser("~/.ipython")) + os.sep
     message = "{} is not allowed while your answer is graded: test the pipeline's behaviour instead"
@@ -198,9 +198,11 @@ def _make_hook(keeper_code=None):
         if event == "function.__new__" and args and isinstance_(args[0], code_type) \
                 and args[0].co_filename.startswith(course_dir):
             # a copy of a package function (``types.FunctionType(f.__code__, ...)``) is not the
-            # function that ``off=`` switched off; the package's own copies (its gates) are allowed
-            caller = getframe(2)
-            if caller is None or not caller.f_code.co_filename.startswith(course_dir):
+            # function that ``off=`` switched off. Only the package's own copies are made: at a
+            # module's import (``nonfinite._bad``, a module first imported in this process). Any
+            # other caller is refused, a package function that calls a callable handed to it too
+            caller = getframe(2).f_code
+            if not (caller.co_filename.startswith(course_dir) and caller.co_name in own_copiers):
                 return message.format("copying a function of the course package")
         if event == "open" and args and isinstance_(args[0], (str_, bytes_)):
             path = fsdecode(args[0])
