@@ -20,7 +20,8 @@ The contract every graded exercise follows (docs/authors.md, "The exercise stand
 
 What these cannot stop: code outside a graded call runs in the kernel itself, so code written to undo
 them (for example, rebuilding a function from a code object copied before the test ran) is not
-prevented. The grading sandbox (``autograder/``) and the reviewer's eyes are the other layers.
+prevented here. The grading sandbox (``autograder/``: its guard refuses a copy of a ``course``
+function, not one rebuilt under another file name) and the reviewer's eyes are the other layers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import types
 import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterable
+
+import torch
 
 from ..toolkit.guards import SwitchedOff, _function, _raiser, captured_warnings, switched_off  # noqa: F401
 from ..toolkit.salts import mixed as _mixed
@@ -182,8 +185,6 @@ def tensor_data(value) -> dict:
     anything that is not a tensor.
     ``tensor_from_data`` rebuilds it in the test, which can then compare dtype, shape and values
     (``torch.equal`` alone ignores the dtype: an int64 batch equals its float copy)."""
-    import torch
-
     if not isinstance(value, torch.Tensor):
         kind = type(value)
         return {"type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"}
@@ -194,8 +195,6 @@ def tensor_data(value) -> dict:
 def tensor_from_data(data: dict):
     """The tensor that ``tensor_data`` described, with its dtype and shape. Raises TypeError naming
     what was returned instead when it was not a tensor."""
-    import torch
-
     if "dtype" not in data:
         raise TypeError(f"expected a torch.Tensor, got {data.get('type', '?')}")
     return torch.tensor(data["values"], dtype=getattr(torch, data["dtype"])).reshape(data["shape"])
