@@ -138,12 +138,36 @@ def plan(assignment: str) -> Plan:
                 unusable[id(case)] = str(err)
     # cases on different answer cells share a submission (grading.pack): one autograde each group
     packed = {}
+    demos = demo_cells.demo_sources(nbformat.reads(json.dumps(source), as_version=4))
     for group in grading.pack(usable, source):
         student = group[0].student if len(group) == 1 else "pack_" + "_".join(c.student for c in group)[:80]
-        submissions[student] = grading.edit_cells(source, {k: v for c in group for k, v in c.edits.items()})
+        submissions[student] = demos_as_imports(
+            grading.edit_cells(source, {k: v for c in group for k, v in c.edits.items()}), demos)
         for case in group:
             packed[id(case)] = (student, set().union(*(c.expect_lost for c in group)))
     return Plan(assignment, source, submissions, unusable, packed)
+
+
+def demos_as_imports(nb: dict, demos: set) -> dict:
+    """``nb`` with each demonstration cell (``autograder.demo_cells``) cut to its import
+    statements: what grading runs of a demo it leaves unrun in the untouched solution.
+
+    A case's submission is the solution with a few answer cells edited, and no case edits a demo
+    (edits go by grade_id; a demo has none). But a case whose code the demo analysis cannot read
+    (``globals()``, ``get_ipython()``: the integrity cases' planted code) makes grading run every
+    demo before it, as it must for a learner, and the demos' training runs then cost 10-25 s a
+    submission that the case's question does not depend on (35 of 168 submissions, fresh run of
+    2026-12-07). Cut to their imports, the demos are what the solution's grading runs of them.
+    The solution and the untouched release are submitted as they are; that grading runs every
+    demo when a later cell cannot be read is pinned in tests/test_demo_cells.py."""
+    out = json.loads(json.dumps(nb))
+    for cell in out["cells"]:
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        role = any(grading.nbgrader_meta(cell).get(k) for k in ("grade", "solution", "locked", "task"))
+        if cell["cell_type"] == "code" and text in demos and not role:
+            cell["source"] = demo_cells.imports(text)
+            cell["outputs"], cell["execution_count"] = [], None
+    return out
 
 
 def grade(tmp: Path, planned: Plan) -> Graded:
