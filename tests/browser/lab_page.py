@@ -140,16 +140,8 @@ def run_all(page, timeout_s: float) -> float:
 
 def save_and_read(page, lab, relpath: str) -> dict:
     """File > Save Notebook, wait until the file on disk changes, return it (nbformat 4)."""
-    path = Path(lab.root) / relpath
-    before = path.stat().st_mtime_ns
-    menu(page, "File", "Save Notebook")
-    deadline = time.monotonic() + 30
-    while path.stat().st_mtime_ns == before:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"saving {relpath} from the page did not change the file in 30 s")
-        page.wait_for_timeout(200)
-    page.wait_for_timeout(300)  # let the write finish
-    return nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    data = _save(page, Path(lab.root) / relpath, relpath)
+    return nbformat.reads(data.decode("utf-8"), as_version=4)
 
 
 def count_rendered_images(page) -> int:
@@ -158,9 +150,59 @@ def count_rendered_images(page) -> int:
         "els => els.filter(e => e.complete && e.naturalWidth > 0).length")
 
 
+def _difference(before: bytes, after: bytes) -> str:
+    """Where two versions of a notebook file differ: metadata keys, cells, other fields, first line."""
+    import json
+    old, new = json.loads(before), json.loads(after)
+    keys = sorted(k for k in set(old["metadata"]) | set(new["metadata"])
+                  if old["metadata"].get(k) != new["metadata"].get(k))
+    cells = [i for i, (x, y) in enumerate(zip(old["cells"], new["cells"])) if x != y]
+    lines = [(i, a, b) for i, (a, b) in enumerate(zip(before.decode().splitlines(),
+                                                      after.decode().splitlines())) if a != b]
+    others = sorted(k for k in set(old) | set(new)
+                    if k not in ("metadata", "cells") and old.get(k) != new.get(k))
+    return (f"notebook metadata changed: {keys}; cells changed: {cells[:10]}; other fields: "
+            f"{others}; first differing line: {lines[:1]}")
+
+
+def check_open_save_unchanged(page, lab, relpath: str, before: bytes) -> None:
+    """File > Save Notebook on a notebook just opened (nothing run): the file must be byte for byte
+    ``before``, what it was before JupyterLab opened it.
+
+    JupyterLab saves a notebook it opened as soon as it counts as changed (autosave), and it counts
+    as changed when the kernel reports ``language_info``: the file gained that metadata, git showed
+    every opened solution as modified, and tests/test_release.py failed ("out of date, cells
+    differing: []"). The server runs with the course's pre-save hook
+    (``autograder.execute_notebooks.lab_pre_save``), as ``make lab`` and ``make lab-instructor`` do;
+    this save does now what autosave does later."""
+    path = Path(lab.root) / relpath
+    after = _save(page, path, relpath)
+    assert after == before, (f"opening and saving {relpath} in JupyterLab changed it: "
+                             f"{_difference(before, after)}")
+
+
+def _save(page, path: Path, relpath: str) -> bytes:
+    """File > Save Notebook; wait until the file on disk changes; its bytes."""
+    mtime = path.stat().st_mtime_ns
+    menu(page, "File", "Save Notebook")
+    deadline = time.monotonic() + 30
+    while path.stat().st_mtime_ns == mtime:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"File > Save Notebook did not write {relpath} in 30 s")
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(300)  # let the write finish
+    return path.read_bytes()
+
+
 def run_notebook(page, lab, relpath: str, workspace: str, kernel_display: str,
-                 timeout_s: float = 300) -> NotebookRun:
+                 timeout_s: float = 300, opened_unchanged: bool = False) -> NotebookRun:
+    """Open ``relpath``, Run All, save, read it back. With ``opened_unchanged``, first check that
+    saving it as opened, before anything runs, leaves its file byte for byte as it was
+    (``check_open_save_unchanged``)."""
+    before = (Path(lab.root) / relpath).read_bytes()
     open_notebook(page, lab, relpath, workspace, kernel_display)
+    if opened_unchanged:
+        check_open_save_unchanged(page, lab, relpath, before)
     seconds = run_all(page, timeout_s)
     nb = save_and_read(page, lab, relpath)
     return NotebookRun(path=relpath, seconds=seconds, nb=nb,

@@ -38,7 +38,11 @@ NOTEBOOKS = {
         "_ = widgets.interact(show, n=widgets.IntSlider(value=5, min=0, max=10))")],
     # A cell of a solution errors: the cells after it never run.
     "cell_error": [SETUP, PLOT, "raise ValueError('a solution cell broke')", HEALTHY_WIDGET],
+    # Healthy cells, but the file names the course kernel under an old display name: JupyterLab
+    # writes the kernel's own into the metadata when it opens it, so saving it as opened changes it.
+    "changed_on_open": [SETUP, PLOT, HEALTHY_WIDGET],
 }
+DISPLAY_NAMES = {"changed_on_open": "Python 3 (an old name)"}
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +51,8 @@ def controls(lab):
     paths = {}
     for name, sources in NOTEBOOKS.items():
         nb = nbformat.v4.new_notebook()
-        nb.metadata["kernelspec"] = {"name": "debug-course", "display_name": KERNEL_DISPLAY,
-                                     "language": "python"}
+        nb.metadata["kernelspec"] = {"name": "debug-course", "language": "python",
+                                     "display_name": DISPLAY_NAMES.get(name, KERNEL_DISPLAY)}
         nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
         rel = f"controls/{name}.ipynb"
         (lab.root / "controls").mkdir(exist_ok=True)
@@ -59,7 +63,7 @@ def controls(lab):
 
 def _run(page, lab, controls, name):
     return lp.run_notebook(page, lab, controls[name], f"control-{name}", KERNEL_DISPLAY,
-                           timeout_s=120)
+                           timeout_s=120, opened_unchanged=True)
 
 
 def _all_checks(page, run):
@@ -86,3 +90,10 @@ def test_checks_fail_on_broken_control(name, message, page, lab, controls):
     run = _run(page, lab, controls, name)
     with pytest.raises(AssertionError, match=message):
         _all_checks(page, run)
+
+
+def test_open_save_check_fails_when_opening_changes_the_file(page, lab, controls):
+    """The check that opening and saving a notebook leaves its file as it was (run first on every
+    course notebook) can fail: here the kernel's display name is written into the metadata."""
+    with pytest.raises(AssertionError, match=r"changed it: notebook metadata changed: \['kernelspec'\]"):
+        _run(page, lab, controls, "changed_on_open")

@@ -2,7 +2,8 @@
 
 Notebooks are discovered, not listed: every ``solutions/<a>/<a>.ipynb`` and every released
 ``notebooks/<a>/<a>.ipynb`` (``autograder.grading``). For each one the page opens it on the course
-kernel, runs Run > Run All Cells, saves it, and checks:
+kernel, saves it as opened (the file must not change: ``lab_page.check_open_save_unchanged``),
+runs Run > Run All Cells, saves it, and checks:
 
 - solution notebooks: no cell ends with an error and every code cell ran; at least one plot, and
   every image the kernel sent is decoded on the page; every widget renders, and changing one of
@@ -70,7 +71,8 @@ def _widget_checks(page, run, capsys, report, required: bool) -> None:
 def test_solution_notebook_runs_renders_and_responds(assignment, page, lab, screenshots,
                                                      capsys, report):
     relpath = f"solutions/{assignment}/{assignment}.ipynb"
-    run = lp.run_notebook(page, lab, relpath, f"sol-{assignment}", KERNEL_DISPLAY)
+    run = lp.run_notebook(page, lab, relpath, f"sol-{assignment}", KERNEL_DISPLAY,
+                          opened_unchanged=True)
     _say(capsys, report, f"{relpath}: Run All took {run.seconds:.0f} s; "
          f"{run.saved_images()} images, {run.widget_views} widget views")
     for line in run.slow_cells():
@@ -87,7 +89,8 @@ def test_solution_notebook_runs_renders_and_responds(assignment, page, lab, scre
 def test_student_notebook_stops_only_at_exercises(assignment, page, lab, screenshots,
                                                   capsys, report):
     relpath = f"notebooks/{assignment}/{assignment}.ipynb"
-    run = lp.run_notebook(page, lab, relpath, f"stu-{assignment}", KERNEL_DISPLAY)
+    run = lp.run_notebook(page, lab, relpath, f"stu-{assignment}", KERNEL_DISPLAY,
+                          opened_unchanged=True)
     _say(capsys, report, f"{relpath}: Run All took {run.seconds:.0f} s, stopped at "
          f"{run.errors()[:1]}; {run.saved_images()} images, {run.widget_views} widget views")
     lp.check_only_not_implemented(run)
