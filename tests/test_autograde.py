@@ -51,6 +51,11 @@ TEST_DRAW_KEY = b"course-tests-key-1"
 KEYED = ("01_baselines", "03_overfit_controls", "04_late_spike", "12_lr_instability")
 CASES = REAL_CASES + [c for c in toy_course.CASES if c.assignment in ASSIGNMENTS]
 SOLUTION, RELEASE = "solution", "release_untouched"
+# The assignment whose cases are submitted with their demos as written (elsewhere, demos_as_imports):
+# there a case's unreadable cell (planted_11_24's) still makes the grading kernel run demo bodies,
+# under the sandbox's limits and the guard, end to end. The solution and the untouched release of
+# every assignment are submitted as they are.
+DEMOS_KEPT = "11_capstone"
 
 
 @dataclass
@@ -141,32 +146,34 @@ def plan(assignment: str) -> Plan:
     demos = demo_cells.demo_sources(nbformat.reads(json.dumps(source), as_version=4))
     for group in grading.pack(usable, source):
         student = group[0].student if len(group) == 1 else "pack_" + "_".join(c.student for c in group)[:80]
-        submissions[student] = demos_as_imports(
-            grading.edit_cells(source, {k: v for c in group for k, v in c.edits.items()}), demos)
+        submissions[student] = grading.edit_cells(source, {k: v for c in group for k, v in c.edits.items()})
+        if assignment != DEMOS_KEPT:
+            submissions[student] = demos_as_imports(submissions[student], demos)
         for case in group:
             packed[id(case)] = (student, set().union(*(c.expect_lost for c in group)))
     return Plan(assignment, source, submissions, unusable, packed)
 
 
 def demos_as_imports(nb: dict, demos: set) -> dict:
-    """``nb`` with each demonstration cell (``autograder.demo_cells``) cut to its import
-    statements: what grading runs of a demo it leaves unrun in the untouched solution.
+    """``nb`` with each demonstration cell (``autograder.demo_cells``) that only a cell the analysis
+    cannot read would make grading run cut to its import statements: what grading runs of a demo
+    it leaves unrun.
 
-    A case's submission is the solution with a few answer cells edited, and no case edits a demo
-    (edits go by grade_id; a demo has none). But a case whose code the demo analysis cannot read
-    (``globals()``, ``get_ipython()``: the integrity cases' planted code) makes grading run every
-    demo before it, as it must for a learner, and the demos' training runs then cost 10-25 s a
-    submission that the case's question does not depend on (35 of 168 submissions, fresh run of
-    2026-12-07). Cut to their imports, the demos are what the solution's grading runs of them.
-    The solution and the untouched release are submitted as they are; that grading runs every
-    demo when a later cell cannot be read is pinned in tests/test_demo_cells.py."""
+    A case's submission is the solution with a few answer cells edited (edits go by grade_id; a
+    demo has none). A case whose code the analysis cannot read (``globals()``, ``get_ipython()``:
+    the integrity cases' planted code) makes grading run every demo before that cell, as it must
+    for a learner; their training runs then cost 10-25 s a submission (35 of 168 submissions,
+    2026-12-07). Here the demos are judged as if those cells read nothing, so a demo whose name a
+    readable cell of the case reads (``one_step_report``, which 00's and 01's ``detect_delegates``
+    call) is kept and runs in grading as it would; the others are cut. For a submission where every
+    cell can be read, this cuts exactly what grading would skip anyway."""
+    cells = nbformat.reads(json.dumps(nb), as_version=4).cells
+    readable = [c if c.cell_type != "code" or demo_cells.reads(c.source) is not None
+                else nbformat.v4.new_code_cell("") for c in cells]
     out = json.loads(json.dumps(nb))
-    for cell in out["cells"]:
-        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        role = any(grading.nbgrader_meta(cell).get(k) for k in ("grade", "solution", "locked", "task"))
-        if cell["cell_type"] == "code" and text in demos and not role:
-            cell["source"] = demo_cells.imports(text)
-            cell["outputs"], cell["execution_count"] = [], None
+    for i in demo_cells.skippable(readable, demos):
+        out["cells"][i]["source"] = demo_cells.imports(cells[i].source)
+        out["cells"][i]["outputs"], out["cells"][i]["execution_count"] = [], None
     return out
 
 
