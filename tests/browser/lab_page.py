@@ -182,23 +182,28 @@ def check_open_save_unchanged(page, lab, relpath: str, before: bytes) -> None:
 
 
 def _save(page, path: Path, relpath: str) -> bytes:
-    """File > Save Notebook; wait until the file on disk changes; its bytes."""
+    """File > Save Notebook; wait until the server has written the file; its bytes.
+
+    jupyter_server writes in place (``atomic_writing``): it first copies the file to ``.~<name>``
+    beside it, then truncates and writes the file (its mtime changes as the write begins), and
+    removes the copy once the write is synced. So the file is whole when its mtime has changed and
+    the copy is gone."""
     mtime = path.stat().st_mtime_ns
+    backup = path.with_name(f".~{path.name}")
     menu(page, "File", "Save Notebook")
     deadline = time.monotonic() + 30
-    while path.stat().st_mtime_ns == mtime:
+    while path.stat().st_mtime_ns == mtime or backup.exists():
         if time.monotonic() > deadline:
             raise AssertionError(f"File > Save Notebook did not write {relpath} in 30 s")
-        page.wait_for_timeout(200)
-    page.wait_for_timeout(300)  # let the write finish
+        page.wait_for_timeout(100)
     return path.read_bytes()
 
 
 def run_notebook(page, lab, relpath: str, workspace: str, kernel_display: str,
-                 timeout_s: float = 300, opened_unchanged: bool = False) -> NotebookRun:
-    """Open ``relpath``, Run All, save, read it back. With ``opened_unchanged``, first check that
-    saving it as opened, before anything runs, leaves its file byte for byte as it was
-    (``check_open_save_unchanged``)."""
+                 timeout_s: float = 300, opened_unchanged: bool = True) -> NotebookRun:
+    """Open ``relpath``, check that saving it as opened, before anything runs, leaves its file
+    byte for byte as it was (``check_open_save_unchanged``; ``opened_unchanged=False`` skips it),
+    then Run All, save and read it back."""
     before = (Path(lab.root) / relpath).read_bytes()
     open_notebook(page, lab, relpath, workspace, kernel_display)
     if opened_unchanged:

@@ -63,7 +63,7 @@ def controls(lab):
 
 def _run(page, lab, controls, name):
     return lp.run_notebook(page, lab, controls[name], f"control-{name}", KERNEL_DISPLAY,
-                           timeout_s=120, opened_unchanged=True)
+                           timeout_s=120)
 
 
 def _all_checks(page, run):

@@ -71,8 +71,7 @@ def _widget_checks(page, run, capsys, report, required: bool) -> None:
 def test_solution_notebook_runs_renders_and_responds(assignment, page, lab, screenshots,
                                                      capsys, report):
     relpath = f"solutions/{assignment}/{assignment}.ipynb"
-    run = lp.run_notebook(page, lab, relpath, f"sol-{assignment}", KERNEL_DISPLAY,
-                          opened_unchanged=True)
+    run = lp.run_notebook(page, lab, relpath, f"sol-{assignment}", KERNEL_DISPLAY)
     _say(capsys, report, f"{relpath}: Run All took {run.seconds:.0f} s; "
          f"{run.saved_images()} images, {run.widget_views} widget views")
     for line in run.slow_cells():
@@ -89,8 +88,7 @@ def test_solution_notebook_runs_renders_and_responds(assignment, page, lab, scre
 def test_student_notebook_stops_only_at_exercises(assignment, page, lab, screenshots,
                                                   capsys, report):
     relpath = f"notebooks/{assignment}/{assignment}.ipynb"
-    run = lp.run_notebook(page, lab, relpath, f"stu-{assignment}", KERNEL_DISPLAY,
-                          opened_unchanged=True)
+    run = lp.run_notebook(page, lab, relpath, f"stu-{assignment}", KERNEL_DISPLAY)
     _say(capsys, report, f"{relpath}: Run All took {run.seconds:.0f} s, stopped at "
          f"{run.errors()[:1]}; {run.saved_images()} images, {run.widget_views} widget views")
     lp.check_only_not_implemented(run)
