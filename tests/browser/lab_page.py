@@ -13,6 +13,7 @@ kernel sent, whatever the page made of them.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -152,7 +153,6 @@ def count_rendered_images(page) -> int:
 
 def _difference(before: bytes, after: bytes) -> str:
     """Where two versions of a notebook file differ: metadata keys, cells, other fields, first line."""
-    import json
     old, new = json.loads(before), json.loads(after)
     keys = sorted(k for k in set(old["metadata"]) | set(new["metadata"])
                   if old["metadata"].get(k) != new["metadata"].get(k))
