@@ -112,6 +112,9 @@ PATH_ATTRS = (("shell", "kernel"), ("shell.kernel", "session"), ("shell", "event
 # parts of the path that only display an error: replacing them hides nothing from nbgrader
 DISPLAY_ONLY = ("showtraceback", "_showtraceback", "showsyntaxerror", "showindentationerror")
 MARK = "#course-guard"
+# "0" when no cell of the graded notebook imports course (set by autograder.sandboxed_execute): the
+# package is then not imported at the kernel's start (about 2.4 s: torch and torch._dynamo with it)
+PRELOAD_ENV = "COURSE_GUARD_PRELOAD"
 # the key of the test cell's request metadata that carries the test's secret (course.toolkit.salts)
 SECRET_METADATA = "course-guard-secret"
 _MISSING = object()
@@ -196,13 +199,6 @@ def install(shell) -> None:
                 if isinstance_(v, type) and getattr_(v, "__module__", None) == name:
                     course_classes[v] = dict(v.__dict__)
 
-    if os.environ.get("COURSE_STUDENT_ID"):
-        # the grader's student id, read before any submitted code runs (course.exercises.identity), and
-        # snapshotted with the rest of course: a test cell always sees the id the grader passed
-        try:
-            __import__("course.exercises.identity")
-        except ImportError:
-            pass
     # the package and the libraries a graded call runs on (course.exercises.pristine), recorded now,
     # before any submitted code, and again right after each guarded module's import (torch, each
     # module of course): put back before each test, so the test cell's own work runs on them too.
@@ -227,6 +223,20 @@ def install(shell) -> None:
                 spec.loader.exec_module(module)
         return module
 
+    if os.environ.get("COURSE_STUDENT_ID"):
+        # the grader's student id, read before any submitted code runs (course.exercises.identity), and
+        # snapshotted with the rest of course: a test cell always sees the id the grader passed. The
+        # whole package is imported with it (every module of course snapshotted before any submitted
+        # code, torch with it), unless the grader says no cell of the notebook imports course
+        # (``PRELOAD_ENV`` "0": a toy course's, autograder.sandboxed_execute.imports_course); then the
+        # file is loaded on its own, and a later import of course is snapshotted by the hook below
+        try:
+            if os.environ.get(PRELOAD_ENV, "1") == "0":
+                load_alone("course.exercises.identity", "exercises", "identity.py")
+            else:
+                __import__("course.exercises.identity")
+        except (ImportError, OSError, SyntaxError):
+            pass
     pristine_record = pristine_restore = pristine_code = None
     try:
         pristine = load_alone("course.exercises.pristine", "exercises", "pristine.py")

@@ -51,7 +51,8 @@ DEFAULTS = {"CPU_S": 600, "MEMORY_MB": 8192, "NPROC": 256, "FILE_MB": 64, "TMP_M
 # Environment variables the kernel keeps (everything else, e.g. database passwords, is dropped).
 KEEP_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONHASHSEED", "PYDEVD_DISABLE_FILE_VALIDATION",
             "NBGRADER_EXECUTION", "JPY_SESSION_NAME", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "OPENBLAS_NUM_THREADS", "MPLBACKEND", "COURSE_GUARD", "COURSE_GUARDED", "COURSE_STUDENT_ID")
+            "OPENBLAS_NUM_THREADS", "MPLBACKEND", "COURSE_GUARD", "COURSE_GUARDED", "COURSE_STUDENT_ID",
+            "COURSE_GUARD_PRELOAD")
 
 # Runs first inside the sandbox, as root only: become an unprivileged uid, then exec the kernel.
 INNER = ("import os,sys\nu=int(sys.argv[1])\nos.setgroups([]);os.setgid(u);os.setuid(u)\n"

@@ -57,7 +57,7 @@ from traitlets import Bool, Integer, Unicode
 
 from autograder import demo_cells, draw_key, sandbox
 from autograder.kernel_polls import SlicedPolls
-from autograder.kernel_guard import SECRET_METADATA
+from autograder.kernel_guard import PRELOAD_ENV, SECRET_METADATA
 from autograder.gpu_points import NOT_GRADED_GPU  # the line a GPU test left unrun gets (one source)
 
 _PROBED: dict[str, str | None] = {}
@@ -194,6 +194,34 @@ def _is_test(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def imports_course(nb) -> bool:
+    """Whether a code cell of ``nb`` imports the ``course`` package (an ``import`` or ``from ...
+    import`` of ``course`` or a module under it, anywhere in the cell); a cell that does not parse
+    as Python (an IPython magic) counts as one that does. The grader asks this of the notebook it
+    is about to run, after nbgrader put the source's test and read-only cells back, so a
+    submission can add an import but never remove the instructor's: every notebook of this course
+    imports course, and its kernel imports the package before any submitted code
+    (``kernel_guard.PRELOAD_ENV``). A notebook that never does (a toy course's) is spared that
+    import, and torch with it (about 2.4 s a kernel)."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            return True
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n == "course" or n.startswith("course.") for n in names):
+                return True
+    return False
+
+
 class SandboxedExecute(SlicedPolls, Execute):
     kernel_name = Unicode(sandbox.KERNEL_NAME, help="the sandboxed kernelspec").tag(config=True)
     gpu_kernel_name = Unicode(GPU_KERNEL_NAME, help="the sandboxed kernelspec used under GRADE_KERNEL=gpu "
@@ -224,6 +252,7 @@ class SandboxedExecute(SlicedPolls, Execute):
         self._stopped = None
         # the nbgrader student id, for the kernel's environment (course.exercises.identity reads it)
         self._student = str((resources or {}).get("nbgrader", {}).get("student") or "")
+        self._preload = imports_course(nb)
         self._skip = self._demo_cells(nb, resources) if self.skip_demos else set()
         _UNGRADED_GPU.clear()
         self._gpu_tests = self._gpu_tests_of(nb, resources)
@@ -307,7 +336,8 @@ class SandboxedExecute(SlicedPolls, Execute):
                     "COURSE_SANDBOX_FILE_MB": str(self.max_file_mb),
                     "COURSE_SANDBOX_TMP_MB": str(self.tmp_mb),
                     "COURSE_GUARD": "1" if self.guard else "0",
-                    "COURSE_STUDENT_ID": getattr(self, "_student", "")})
+                    "COURSE_STUDENT_ID": getattr(self, "_student", ""),
+                    PRELOAD_ENV: "1" if getattr(self, "_preload", True) else "0"})
         if os.environ.get("GRADE_KERNEL", "").strip().lower() == "gpu":
             env["COURSE_SANDBOX_GPU"] = "1"  # the device nodes in, no address-space limit (sandbox.py)
         return await super().async_start_new_kernel(env=env, **kwargs)

@@ -256,3 +256,47 @@ def test_the_graded_student_id_reaches_the_kernel_and_stays(course):
     assert "C ada ada" in c, f"a test cell must see the grader's id, whatever the submission did: {c!r}"
     a, _, c = graded_run(None)
     assert "A None" in a and "C None typed" in c, f"without a student there is no graded id: {a!r} {c!r}"
+
+
+def test_the_package_is_imported_before_submitted_code_only_where_a_cell_imports_it(course):
+    """A grading kernel imports ``course`` (and torch with it) before any submitted code when a
+    cell of the notebook imports it, as every course notebook's cells do (the control); a notebook
+    whose cells never import it (a toy course's) starts without either, and still reads the
+    grader's student id before its first cell (``course.exercises.identity``, loaded on its own)."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    first = ("import sys\nprint('P', 'course' in sys.modules, 'torch' in sys.modules,\n"
+             "      sys.modules['course.exercises.identity'].GRADED_ID)")
+
+    def graded_run(*later):
+        nb = new_notebook(cells=[new_code_cell(first)] + [new_code_cell(s) for s in later])
+        nb.metadata["kernelspec"] = {"name": "debug-course", "display_name": "x", "language": "python"}
+        SandboxedExecute(timeout=60).preprocess(nb, {"metadata": {"path": str(course / "autograded" / "me" / "a")},
+                                                     "nbgrader": {"student": "ada"}})
+        return text(nb.cells[0].outputs)
+
+    shown = graded_run("def later():\n    from course.exercises import identity\n    return identity")
+    assert "P True True ada" in shown, f"a notebook that imports course must have it imported first: {shown!r}"
+    shown = graded_run("import math")
+    assert "P False False ada" in shown, \
+        f"a notebook that never imports course should start without it, with the id read: {shown!r}"
+
+
+def test_every_course_notebook_makes_the_grading_kernel_import_the_package_first():
+    """``imports_course`` over the cells nbgrader puts back from the source before it runs a
+    submission (tests and read-only cells, which a learner cannot remove): true for every
+    assignment, so no course notebook is graded without the package imported before submitted
+    code. The toy course's notebook, and cells that only mention the name, are the controls."""
+    from autograder import toy_course
+    from autograder.sandboxed_execute import imports_course
+
+    for a in grading.assignments():
+        nb = nbformat.read(grading.source_path(a), as_version=4)
+        restored = [c for c in nb.cells if grading.nbgrader_meta(c).get("locked")
+                    or (grading.nbgrader_meta(c).get("grade") and not grading.nbgrader_meta(c).get("solution"))]
+        assert imports_course(new_notebook(cells=restored)), \
+            f"{a}: no test or read-only cell imports course, so its kernel would start without it"
+    assert not imports_course(toy_course.toy_notebook())
+    assert not imports_course(new_notebook(cells=[new_code_cell("import coursework\ncourse = 1\n# import course")]))
+    assert imports_course(new_notebook(cells=[new_code_cell("import os, course.toolkit as t")]))
+    assert imports_course(new_notebook(cells=[new_code_cell("%time x = 1")])), "a cell that does not parse counts"
