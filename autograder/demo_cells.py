@@ -52,7 +52,7 @@ def demo_sources(source_nb) -> set[str]:
 def _tree(source: str):
     try:
         tree = ast.parse(source)
-    except SyntaxError:  # IPython magics and shell escapes land here too
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # IPython magics, shell escapes, the parser's limits
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):

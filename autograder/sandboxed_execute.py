@@ -197,7 +197,7 @@ def _is_test(cell) -> bool:
 def imports_course(nb) -> bool:
     """Whether a code cell of ``nb`` imports the ``course`` package (an ``import`` or ``from ...
     import`` of ``course`` or a module under it, anywhere in the cell); a cell that does not parse
-    as Python (an IPython magic) counts as one that does. The grader asks this of the notebook it
+    as Python (an IPython magic, or one past the parser's limits) counts as one that does. The grader asks this of the notebook it
     is about to run, after nbgrader put the source's test and read-only cells back, so a
     submission can add an import but never remove the instructor's: every notebook of this course
     imports course, and its kernel imports the package before any submitted code
@@ -208,7 +208,7 @@ def imports_course(nb) -> bool:
             continue
         try:
             tree = ast.parse(cell.source)
-        except SyntaxError:
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # the parser's own limits too
             return True
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
