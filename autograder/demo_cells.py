@@ -17,8 +17,8 @@ they import), and its output is one line saying it was not run. What the analysi
 *binds* are the names it assigns, deletes or defines, and the base name of anything it assigns
 into (``d[k] = v``, ``obj.x = v``); *reads* are the global names it loads, deletes or updates in place (``x += 1``): not a
 function's parameters or locals, nor a comprehension's variables. A cell it cannot read (IPython magics or shell escapes,
-a syntax error, ``exec``/``eval``/``globals``/``get_ipython``, a star import) counts as reading
-every name, so every demo before it runs.
+a syntax error, a cell past the parser's or this walk's nesting limits, ``exec``/``eval``/``globals``/
+``get_ipython``, a star import) counts as reading every name, so every demo before it runs.
 
 The contract of the tag (the analysis cannot see it; ``tests/test_autograde.py`` checks the result
 end to end, every notebook graded with its demos skipped): a demo changes no state that a later
@@ -146,7 +146,12 @@ def reads(source: str) -> set[str] | None:
     ...`` needs no earlier ``fig``), a name the cell itself assigned before using it (a loop
     variable in its loop), a function's parameter or local variable."""
     tree = _tree(source)
-    return None if tree is None else _ordered(tree.body, set())
+    if tree is None:
+        return None
+    try:
+        return _ordered(tree.body, set())
+    except RecursionError:  # nested deeper than this walk can follow (x = 1+1+...+1, 500 deep)
+        return None
 
 
 def _base(node) -> str | None:

@@ -197,12 +197,14 @@ def _is_test(cell) -> bool:
 def imports_course(nb) -> bool:
     """Whether a code cell of ``nb`` imports the ``course`` package (an ``import`` or ``from ...
     import`` of ``course`` or a module under it, anywhere in the cell); a cell that does not parse
-    as Python (an IPython magic, or one past the parser's limits) counts as one that does. The grader asks this of the notebook it
-    is about to run, after nbgrader put the source's test and read-only cells back, so a
-    submission can add an import but never remove the instructor's: every notebook of this course
-    imports course, and its kernel imports the package before any submitted code
-    (``kernel_guard.PRELOAD_ENV``). A notebook that never does (a toy course's) is spared that
-    import, and torch with it (about 2.4 s a kernel)."""
+    as Python (an IPython magic, or one past the parser's limits) counts as one that does.
+
+    The grader asks it of the assignment's source notebook and of the notebook it is about to run
+    (after nbgrader put the source's test cells back: it re-adds a deleted one and restores an
+    edited one), and imports the package before any submitted code if either says yes
+    (``kernel_guard.PRELOAD_ENV``). A submission can add an import, never take the source's
+    away; every notebook of this course imports course, in its test cells too. A notebook that
+    never does (a toy course's) is spared that import, and torch with it (about 2.4 s a kernel)."""
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -252,7 +254,8 @@ class SandboxedExecute(SlicedPolls, Execute):
         self._stopped = None
         # the nbgrader student id, for the kernel's environment (course.exercises.identity reads it)
         self._student = str((resources or {}).get("nbgrader", {}).get("student") or "")
-        self._preload = imports_course(nb)
+        source = self._source_notebook(resources)
+        self._preload = imports_course(nb) or (source is not None and imports_course(source))
         self._skip = self._demo_cells(nb, resources) if self.skip_demos else set()
         _UNGRADED_GPU.clear()
         self._gpu_tests = self._gpu_tests_of(nb, resources)

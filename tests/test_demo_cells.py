@@ -81,7 +81,8 @@ def test_cell_with_an_nbgrader_role_is_never_skipped():
 
 @pytest.mark.parametrize("later", ["%time y = 1", "print(globals()['run'])", "from math import *",
                                    "exec('print(run)')", "def f(:",
-                                   "-" * 200_000 + "1"])  # past the parser's limits: MemoryError
+                                   "-" * 200_000 + "1",  # past the parser's limits: MemoryError
+                                   "x = " + "1+" * 600 + "1"])  # parsed, past the walk's: RecursionError
 def test_a_cell_the_analysis_cannot_read_makes_every_earlier_demo_run(later):
     assert skipped(cells(SETUP, DEMO, later, demo=[1])) == set(), f"{later[:60]!r} may read anything"
 

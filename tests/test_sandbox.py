@@ -282,20 +282,40 @@ def test_the_package_is_imported_before_submitted_code_only_where_a_cell_imports
         f"a notebook that never imports course should start without it, with the id read: {shown!r}"
 
 
+def test_without_the_package_a_test_still_sees_the_graders_id(course):
+    """Where the package is not imported first, ``course.exercises.identity`` (loaded on its own)
+    is still put back before a test cell: the submission's rebinding of ``GRADED_ID`` is undone."""
+    test = new_code_cell("import sys\nprint('T', sys.modules['course.exercises.identity'].GRADED_ID)")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True,
+                                 "grade_id": "t", "points": 1, "schema_version": 3}
+    nb = new_notebook(cells=[
+        new_code_cell("import sys\nsys.modules['course.exercises.identity'].GRADED_ID = 'eve'\n"
+                      "print('S', sys.modules['course.exercises.identity'].GRADED_ID, 'torch' in sys.modules)"),
+        test])
+    nb.metadata["kernelspec"] = {"name": "debug-course", "display_name": "x", "language": "python"}
+    SandboxedExecute(timeout=60).preprocess(nb, {"metadata": {"path": str(course / "autograded" / "me" / "a")},
+                                                 "nbgrader": {"student": "ada"}})
+    own, seen = text(nb.cells[0].outputs), text(nb.cells[1].outputs)
+    assert "S eve False" in own, f"the submission's cell should see its own edit, without torch: {own!r}"
+    assert "T ada" in seen, f"a test cell must see the grader's id: {seen!r}"
+
+
 def test_every_course_notebook_makes_the_grading_kernel_import_the_package_first():
-    """``imports_course`` over the cells nbgrader puts back from the source before it runs a
-    submission (tests and read-only cells, which a learner cannot remove): true for every
-    assignment, so no course notebook is graded without the package imported before submitted
-    code. The toy course's notebook, and cells that only mention the name, are the controls."""
+    """``imports_course`` is true for every assignment's source notebook (the grader asks it
+    first), and also for its autograder-test cells alone: nbgrader puts those back in every
+    submission it runs (a deleted one re-added, an edited one restored), so even a grader without
+    the source would import the package before submitted code. The toy course's notebook, and
+    cells that only mention the name, are the controls."""
     from autograder import toy_course
     from autograder.sandboxed_execute import imports_course
 
     for a in grading.assignments():
         nb = nbformat.read(grading.source_path(a), as_version=4)
-        restored = [c for c in nb.cells if grading.nbgrader_meta(c).get("locked")
-                    or (grading.nbgrader_meta(c).get("grade") and not grading.nbgrader_meta(c).get("solution"))]
-        assert imports_course(new_notebook(cells=restored)), \
-            f"{a}: no test or read-only cell imports course, so its kernel would start without it"
+        assert imports_course(nb), f"{a}: no cell imports course"
+        tests = [c for c in nb.cells
+                 if grading.nbgrader_meta(c).get("grade") and not grading.nbgrader_meta(c).get("solution")]
+        assert imports_course(new_notebook(cells=tests)), \
+            f"{a}: no autograder-test cell imports course, so a submission could start its kernel without it"
     assert not imports_course(toy_course.toy_notebook())
     assert not imports_course(new_notebook(cells=[new_code_cell("import coursework\ncourse = 1\n# import course")]))
     assert imports_course(new_notebook(cells=[new_code_cell("import os, course.toolkit as t")]))

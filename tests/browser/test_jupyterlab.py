@@ -85,9 +85,9 @@ def _finished(lab, assignment: str) -> str:
     ``ClearHiddenTests``, as the release is made. A learner never runs a hidden test in JupyterLab;
     nbval runs every one in this same kernel (``make test-notebooks``) and the grader in its own,
     so here they would only repeat work (a third of a solution's run in Chromium, 2026-12-07).
-    Metadata and layout are the committed file's, so opening and saving it checks what it checked
-    on the solution; that holds only if the committed file is what nbformat writes, which is
-    asserted."""
+    Metadata and layout are the committed file's (ClearHiddenTests would drop a ``celltoolbar``
+    key, which no solution has), so opening and saving it checks what it checked on the solution;
+    that holds only if the committed file is what nbformat writes, which is asserted."""
     text = grading.source_path(assignment).read_text(encoding="utf-8")
     nb = nbformat.reads(text, as_version=4)
     assert _written(nb) == text, (f"solutions/{assignment}/{assignment}.ipynb is not laid out as "
