@@ -240,6 +240,12 @@ def fix(pipe):
 _GEN_NO_EOS_HOLD = _GEN_GUMBEL.replace("            nxt[stopped] = eos_id\n", "")
 assert _GEN_NO_EOS_HOLD != _GEN_GUMBEL
 
+# Degenerate (red team, 2026-12-07): results that work out their values only when read. Inside the
+# test's switched-off block the generator computes nothing; each result is a stand-in that runs the
+# package's generate when indexed, compared or handed to torch, which the check did after the switch
+# was lifted (3/3 before generator_problems read every result there, as plain tensors).
+_GEN_LAZY = 'import torch\nimport torch.nn.functional as F\nfrom course.lessons import generate as _Gref_mod\n\nclass _Lazy:\n    def __init__(self, thunk):\n        object.__setattr__(self, "_thunk", thunk)\n        object.__setattr__(self, "_cache", [])\n    def _real(self):\n        if not self._cache:\n            self._cache.append(self._thunk())\n        return self._cache[0]\n    def __getitem__(self, idx):\n        return _Lazy(lambda: self._real()[idx])\n    def __getattr__(self, name):\n        if name.startswith("_"):\n            raise AttributeError(name)\n        return getattr(self._real(), name)\n    @classmethod\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n        kwargs = kwargs or {}\n        def m(x):\n            if isinstance(x, _Lazy):\n                return x._real()\n            if isinstance(x, (list, tuple)):\n                return type(x)(m(y) for y in x)\n            return x\n        return func(*m(args), **{k: m(v) for k, v in kwargs.items()})\n    def __len__(self): return len(self._real())\n    def __iter__(self): return iter(self._real())\n    def __bool__(self): return bool(self._real())\n    def __repr__(self): return repr(self._real())\n\ndef _mk(op):\n    def f(self, *a):\n        a = [x._real() if isinstance(x, _Lazy) else x for x in a]\n        return getattr(self._real(), op)(*a)\n    return f\nfor _op in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__radd__", "__sub__",\n            "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__and__", "__or__", "__invert__",\n            "__neg__", "__abs__", "__float__", "__int__", "__index__"):\n    setattr(_Lazy, _op, _mk(_op))\n_Lazy.__hash__ = object.__hash__\n\n\ndef my_generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, greedy=False, seed=0,\n                eos_id=None, return_logits=False):\n    B, P = prompt.shape\n    if P + max_new_tokens > model.cfg.n_ctx:\n        raise ValueError("prompt plus new tokens do not fit in n_ctx")\n    box = []\n    def run():\n        if not box:\n            box.append(_Gref_mod.generate(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k,\n                                          greedy=greedy, seed=seed, eos_id=eos_id, return_logits=return_logits))\n        return box[0]\n    if return_logits:\n        return _Lazy(lambda: run()[0]), _Lazy(lambda: run()[1])\n    return _Lazy(run)\n\n\ndef fix(pipe):\n    return pipe.replace(generate=my_generate)\n'
+
 CASES = [
     # detect
     Case(A, "detect_other_settings", {"detect": _DETECT_ALT}, set()),
@@ -258,4 +264,5 @@ CASES = [
     Case(A, "generate_forgets_start", {"my_generate": _GEN_NO_START}, {FIX}),
     Case(A, "generate_delegates", {"my_generate": _GEN_DELEGATES}, {FIX}),
     Case(A, "generate_broken_copy", {"my_generate": _GEN_BROKEN_COPY}, {FIX}),
+    Case(A, "generate_lazy_results", {"my_generate": _GEN_LAZY}, {FIX}),
 ]

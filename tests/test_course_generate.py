@@ -119,6 +119,42 @@ def test_generator_problems_switches_off_what_the_generator_must_not_call(model,
         G.generator_problems(G.generate, model, prompts, LANG, off=(G.generate,))
 
 
+class _Later:
+    """A result that works out its value only when read: indexed or handed to torch."""
+    def __init__(self, thunk):
+        self.thunk = thunk
+
+    def __getitem__(self, idx):
+        return _Later(lambda: self.thunk()[idx])
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        real = [a.thunk() if isinstance(a, _Later) else a for a in args]
+        return func(*real, **(kwargs or {}))
+
+
+def test_generator_results_are_read_while_the_package_is_switched_off(model, prompts):
+    """A generator that returns stand-ins computing the package's generate when read is reported,
+    never run after the switch is lifted; a tensor subclass is refused alike. Controls: the
+    package's generate passes, and so does a (tokens, logits) pair returned as a list."""
+    def lazy(*args, **kwargs):
+        return _Later(lambda: G.generate(*args, **kwargs))
+
+    class Sub(torch.Tensor):
+        pass
+
+    def subclassed(*args, **kwargs):
+        out = G.generate(*args, **kwargs)
+        return tuple(t.as_subclass(Sub) for t in out) if kwargs.get("return_logits") else out.as_subclass(Sub)
+
+    found = G.generator_problems(lazy, model, prompts, LANG, off=(G.generate,))
+    assert found == ["the generator must return a torch.Tensor (the token ids), got _Later"], found
+    found = G.generator_problems(subclassed, model, prompts, LANG)
+    assert found and "got Sub" in found[0], found
+    as_list = lambda *a, **k: list(G.generate(*a, **k)) if k.get("return_logits") else G.generate(*a, **k)  # noqa: E731
+    assert G.generator_problems(as_list, model, prompts, LANG) == []
+
+
 def test_mystery_draws_hide_the_generator_bugs():
     draws = [mystery.make(b, 5, PIPE) for b in ["healthy"] + GENERATOR_BUGS]
     assert len({mystery.signature(p) for p in draws}) == 1

@@ -343,6 +343,28 @@ def temperature_explorer(results: dict, entropy_rate: float, greedy_nll: float):
 
 
 # ----- grading a generator -------------------------------------------------------------------------
+class _NotPlain(TypeError):
+    """A generator returned something other than plain tensors."""
+
+
+def _plain(value) -> torch.Tensor:
+    """``value``, which must be a ``torch.Tensor`` (not a subclass), copied now. A generator's
+    results are read while the package's functions are still switched off: an object that works
+    out its value only when it is read (an indexing, ``__torch_function__``, ``__eq__``) would run
+    after the switch is lifted and could call them then (red team, 2026-12-07, notebook 08)."""
+    if type(value) is not torch.Tensor:
+        raise _NotPlain(f"the generator must return a torch.Tensor (the token ids), got {type(value).__name__}")
+    return value.detach().clone()
+
+
+def _plain_pair(value) -> tuple:
+    """The ``(tokens, logits)`` of ``return_logits=True``, as two plain tensors (``_plain``)."""
+    if type(value) not in (tuple, list) or len(value) != 2:
+        raise _NotPlain("with return_logits=True the generator must return (tokens, logits), got "
+                        f"{type(value).__name__}")
+    return _plain(value[0]), _plain(value[1])
+
+
 def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, seed: int = 0,
                        off=(), tolerance: float = 0.15) -> list[str]:
     """What is wrong with the generator ``gen`` (the signature of ``Pipeline.generate``), by its
@@ -352,7 +374,8 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
     ``FixedLogits``; greedy output and logits against the full recompute; seeded sampling; sampled
     frequencies against ``softmax(logits / T)`` with and without top-k; the true-chain NLL of samples
     at T = 0.7 within ``tolerance`` of the reference generator's. ``gen`` runs with the functions in
-    ``off`` switched off (``course.exercises.grading.switched_off``); the references run outside. EOS is also
+    ``off`` switched off (``course.exercises.grading.switched_off``), and what it returns is read there, as
+    plain tensors (anything else is the one problem reported); the references run outside. EOS is also
     checked on the trained model, with a token that some rows' greedy continuations reach before
     others' (a finished row must be held at EOS while the rest go on), when the prompts give such a
     token (they do for a few dozen rows of a small language; without one the check is skipped)."""
@@ -364,20 +387,23 @@ def generator_problems(gen, model, prompts: torch.Tensor, lang: MarkovLanguage, 
     stop = FixedLogits(torch.tensor([0.0, 0.0, 0.0, 5.0]))
     probe = torch.tensor([2.0, 1.0, 0.0, -1.0])
     rows = 4000
-    with switched_off(*off):
-        bounded = gen(fixed, torch.zeros(2, 3, dtype=torch.long), 5, greedy=True)
-        stopped = gen(stop, torch.zeros(2, 3, dtype=torch.long), 5, greedy=True, eos_id=3)
-        greedy, used = gen(model, prompts, n, greedy=True, return_logits=True)
-        a, b = gen(model, prompts, n, seed=seed + 5), gen(model, prompts, n, seed=seed + 5)
-        c = gen(model, prompts, n, seed=seed + 6)
-        freq = {(T, k): gen(FixedLogits(probe), torch.zeros(rows, 1, dtype=torch.long), 1, temperature=T, top_k=k,
-                            seed=seed + 7)[:, -1] for T, k in ((0.5, None), (2.0, None), (1.0, 2))}
-        warm = gen(model, prompts, n, temperature=0.7, seed=seed + 8)
-    want = greedy_recompute(model, prompts, n)
-    eos, held = _staggered_eos(want[:, P:])
-    if eos is not None:
+    try:
         with switched_off(*off):
-            ended = gen(model, prompts, n, greedy=True, eos_id=eos)
+            bounded = _plain(gen(fixed, torch.zeros(2, 3, dtype=torch.long), 5, greedy=True))
+            stopped = _plain(gen(stop, torch.zeros(2, 3, dtype=torch.long), 5, greedy=True, eos_id=3))
+            greedy, used = _plain_pair(gen(model, prompts, n, greedy=True, return_logits=True))
+            a, b = _plain(gen(model, prompts, n, seed=seed + 5)), _plain(gen(model, prompts, n, seed=seed + 5))
+            c = _plain(gen(model, prompts, n, seed=seed + 6))
+            freq = {(T, k): _plain(gen(FixedLogits(probe), torch.zeros(rows, 1, dtype=torch.long), 1, temperature=T,
+                                       top_k=k, seed=seed + 7))[:, -1] for T, k in ((0.5, None), (2.0, None), (1.0, 2))}
+            warm = _plain(gen(model, prompts, n, temperature=0.7, seed=seed + 8))
+        want = greedy_recompute(model, prompts, n)
+        eos, held = _staggered_eos(want[:, P:])
+        if eos is not None:
+            with switched_off(*off):
+                ended = _plain(gen(model, prompts, n, greedy=True, eos_id=eos))
+    except _NotPlain as err:
+        return [str(err)]
     if tuple(bounded.shape) != (2, 8) or bounded[:, 3:].ne(1).any():
         problems.append(f"greedy on fixed logits with max_new_tokens=5 gave shape {tuple(bounded.shape)}, "
                         "expected the prompt plus 5 argmax tokens")
