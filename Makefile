@@ -90,8 +90,7 @@ docs: venv
 # tests wait as much as they compute (TEST_JOBS=0 runs in one process; any other value sets all
 # three). Unit tests are spread by file (a module's fixtures are built once), nbval by notebook (a
 # notebook's cells share a kernel), browser tests one by one (each worker starts its own JupyterLab
-# and Chromium). Notebooks and tests run torch on one thread, so two workers use two cores without
-# fighting.
+# and Chromium). Notebooks and tests run torch on one thread, so workers do not fight over threads.
 TEST_JOBS ?= auto
 XDIST = -n $(TEST_JOBS)
 JOBS_PLUS_ONE = $(if $(filter auto,$(TEST_JOBS)),$(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 ))),$(TEST_JOBS))

@@ -112,7 +112,8 @@ PATH_ATTRS = (("shell", "kernel"), ("shell.kernel", "session"), ("shell", "event
 # parts of the path that only display an error: replacing them hides nothing from nbgrader
 DISPLAY_ONLY = ("showtraceback", "_showtraceback", "showsyntaxerror", "showindentationerror")
 MARK = "#course-guard"
-# "0" when no cell of the graded notebook imports course (set by autograder.sandboxed_execute): the
+# "0" when no cell of the assignment's source notebook or of the submission imports course (set by
+# autograder.sandboxed_execute, imports_course): the
 # package is then not imported at the kernel's start (about 2.4 s: torch and torch._dynamo with it)
 PRELOAD_ENV = "COURSE_GUARD_PRELOAD"
 # the key of the test cell's request metadata that carries the test's secret (course.toolkit.salts)
@@ -227,8 +228,8 @@ def install(shell) -> None:
         # the grader's student id, read before any submitted code runs (course.exercises.identity), and
         # snapshotted with the rest of course: a test cell always sees the id the grader passed. The
         # whole package is imported with it (every module of course snapshotted before any submitted
-        # code, torch with it), unless the grader says no cell of the notebook imports course
-        # (``PRELOAD_ENV`` "0": a toy course's, autograder.sandboxed_execute.imports_course); then the
+        # code, torch with it), unless the grader says no cell of the source or the submission
+        # imports course (``PRELOAD_ENV`` "0": a toy course's, sandboxed_execute.imports_course); then the
         # file is loaded on its own, and a later import of course is snapshotted by the hook below
         try:
             if os.environ.get(PRELOAD_ENV, "1") == "0":

@@ -115,7 +115,8 @@ class Graded:
 
 @dataclass
 class Plan:
-    """What will be submitted for one assignment: every submission's notebook, by student."""
+    """What will be submitted for one assignment: every submission's notebook, by student (a case's
+    before ``grade`` cuts its demos, for the students in ``cut_demos``)."""
     assignment: str
     source: dict
     submissions: dict       # student -> notebook JSON (a case's with its demos still whole)

@@ -282,6 +282,26 @@ def test_the_package_is_imported_before_submitted_code_only_where_a_cell_imports
         f"a notebook that never imports course should start without it, with the id read: {shown!r}"
 
 
+def test_a_source_notebook_that_imports_course_has_it_imported_first(course):
+    """The grader asks the assignment's source notebook too: a submission with no cell importing
+    course (its own cells removed, say) still gets the package imported before its first cell
+    when the source imports it. (Without a source, the test above shows it is not.)"""
+    from traitlets.config import Config
+
+    nbformat.write(new_notebook(cells=[new_code_cell("import course")]), course / "solutions" / "a" / "a.ipynb")
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.source_directory = "solutions"  # as the course's nbgrader_config.py says
+    nb = new_notebook(cells=[new_code_cell("import sys\nprint('P', 'course' in sys.modules)"),
+                             new_code_cell("import math")])
+    nb.metadata["kernelspec"] = {"name": "debug-course", "display_name": "x", "language": "python"}
+    SandboxedExecute(config=config, timeout=60).preprocess(
+        nb, {"metadata": {"path": str(course / "autograded" / "me" / "a")},
+             "nbgrader": {"student": "ada", "assignment": "a", "notebook": "a"}})
+    shown = text(nb.cells[0].outputs)
+    assert "P True" in shown, f"the source imports course, so the kernel must have it first: {shown!r}"
+
+
 def test_without_the_package_a_test_still_sees_the_graders_id(course):
     """Where the package is not imported first, ``course.exercises.identity`` (loaded on its own)
     is still put back before a test cell: the submission's rebinding of ``GRADED_ID`` is undone."""
@@ -311,7 +331,6 @@ def test_every_course_notebook_makes_the_grading_kernel_import_the_package_first
 
     for a in grading.assignments():
         nb = nbformat.read(grading.source_path(a), as_version=4)
-        assert imports_course(nb), f"{a}: no cell imports course"
         tests = [c for c in nb.cells
                  if grading.nbgrader_meta(c).get("grade") and not grading.nbgrader_meta(c).get("solution")]
         assert imports_course(new_notebook(cells=tests)), \
