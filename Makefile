@@ -86,9 +86,9 @@ docs: venv
 	$(BIN)/python -m mkdocs build --strict --site-dir .build/site
 	@echo "the site: $(CURDIR)/.build/site/index.html (serve it: $(BIN)/python -m mkdocs serve)"
 
-# pytest-xdist: one worker per core for nbval, one more for the unit and browser phases, whose
-# tests wait as much as they compute (TEST_JOBS=0 runs in one process; any other value sets all
-# three). Unit tests are spread by file (a module's fixtures are built once), nbval by notebook (a
+# pytest-xdist: one worker per core for the unit tests and nbval, one more for the browser phase,
+# whose tests wait as much as they compute (TEST_JOBS=0 runs in one process; any other value sets
+# all three). Unit tests are spread by file (a module's fixtures are built once), nbval by notebook (a
 # notebook's cells share a kernel), browser tests one by one (each worker starts its own JupyterLab
 # and Chromium). Notebooks and tests run torch on one thread, so workers do not fight over threads.
 TEST_JOBS ?= auto
@@ -96,13 +96,12 @@ XDIST = -n $(TEST_JOBS)
 JOBS_PLUS_ONE = $(if $(filter auto,$(TEST_JOBS)),$(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 ))),$(TEST_JOBS))
 
 # Unit tests of course/ and of the grading machinery (sandbox, class runner, hostile submissions).
-# One worker more than cores (UNIT_JOBS): the grading tests wait on kernels, cell limits, locks and
-# killed workers. Measured on 2 cores (no AVX-512, working
-# checkout, 2026-12-07): 2 workers 443 s with 14% of the CPU idle (vmstat, fresh-clone run);
-# 3 workers 406 s, 4% idle, all 1226 passing.
-UNIT_JOBS ?= $(JOBS_PLUS_ONE)
+# One worker per core, though the grading tests wait on kernels, cell limits, locks and killed
+# workers (14% of the CPU idle): three workers on two cores (no AVX-512, 2026-12-07) took 406 s
+# against 443 s in the working checkout, but 466 s against 433 s on a fresh clone, where a guard
+# kernel of tests/test_guard_forgets.py died before its first reply.
 test-unit: venv system-deps sandbox
-	$(BIN)/python -m pytest -n $(UNIT_JOBS) --dist loadfile tests/ --ignore=tests/browser \
+	$(BIN)/python -m pytest $(XDIST) --dist loadfile tests/ --ignore=tests/browser \
 	  --ignore=tests/test_autograde.py --durations=10
 
 # End-to-end: every notebook's solution, untouched release and targeted cases through nbgrader.
