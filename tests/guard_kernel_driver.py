@@ -17,7 +17,11 @@ from autograder import kernel_guard, sandbox
 from autograder.sandboxed_execute import pre_payload
 
 folder = tempfile.mkdtemp()
-path, _ = write_connection_file(os.path.join(folder, "kernel.json"))
+# unix sockets in a private folder, as the grader's kernels use: TCP ports chosen here could be taken
+# by another process before the kernel binds them (a guard kernel died before its first reply once,
+# with three test workers on two cores)
+path, _ = write_connection_file(os.path.join(folder, "kernel.json"), transport="ipc",
+                                ip=os.path.join(folder, "ipc"))
 kernel = subprocess.Popen(sandbox.kernel_command(["-f", path], str(sandbox.GUARD_FILE)),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 client = BlockingKernelClient()
