@@ -34,6 +34,10 @@ import ast
 TAG = "demo"
 NOTE = ("[autograder] not run while grading: a demonstration that no graded cell needs "
         "(run the notebook to see it)\n")
+# What ast.parse raises for a cell that is not Python it can read: a syntax error (IPython magics and
+# shell escapes too), a null byte (ValueError), a cell past the parser's limits (RecursionError,
+# MemoryError on ``"-" * 200_000 + "1"``). Read as unreadable here and in sandboxed_execute.
+UNPARSEABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
 # Calls that reach names without naming them: a cell using one reads everything.
 _OPAQUE_CALLS = {"exec", "eval", "globals", "locals", "vars", "get_ipython", "__import__"}
 
@@ -52,7 +56,7 @@ def demo_sources(source_nb) -> set[str]:
 def _tree(source: str):
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # IPython magics, shell escapes, the parser's limits
+    except UNPARSEABLE:
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):

@@ -113,8 +113,8 @@ PATH_ATTRS = (("shell", "kernel"), ("shell.kernel", "session"), ("shell", "event
 DISPLAY_ONLY = ("showtraceback", "_showtraceback", "showsyntaxerror", "showindentationerror")
 MARK = "#course-guard"
 # "0" when no cell of the assignment's source notebook or of the submission imports course (set by
-# autograder.sandboxed_execute, imports_course): the
-# package is then not imported at the kernel's start (about 2.4 s: torch and torch._dynamo with it)
+# autograder.sandboxed_execute.imports_course): the package is then not imported at the kernel's
+# start (about 2.4 s: torch and torch._dynamo with it)
 PRELOAD_ENV = "COURSE_GUARD_PRELOAD"
 # the key of the test cell's request metadata that carries the test's secret (course.toolkit.salts)
 SECRET_METADATA = "course-guard-secret"

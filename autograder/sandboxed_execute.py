@@ -210,7 +210,7 @@ def imports_course(nb) -> bool:
             continue
         try:
             tree = ast.parse(cell.source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):  # the parser's own limits too
+        except demo_cells.UNPARSEABLE:
             return True
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

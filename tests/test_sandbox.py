@@ -263,8 +263,6 @@ def test_the_package_is_imported_before_submitted_code_only_where_a_cell_imports
     cell of the notebook imports it, as every course notebook's cells do (the control); a notebook
     whose cells never import it (a toy course's) starts without either, and still reads the
     grader's student id before its first cell (``course.exercises.identity``, loaded on its own)."""
-    from nbformat.v4 import new_code_cell, new_notebook
-
     first = ("import sys\nprint('P', 'course' in sys.modules, 'torch' in sys.modules,\n"
              "      sys.modules['course.exercises.identity'].GRADED_ID)")
 
