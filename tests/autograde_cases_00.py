@@ -113,6 +113,31 @@ FIX_SHOTGUN = ("from course.reference.pipeline import prepare_model, build_optim
                "    return pipe.replace(prepare=prepare_model, make_optimizer=build_optimizer,\n"
                "                        optimizer_factory=adamw, update=apply_update)\n")
 FIX_NOTHING = "def fix(pipe):\n    return pipe\n"
+# Work-free: a setting of a class whose metaclass hook, run when the grader describes the class
+# after the fix returned, reads the touched fields from the test's frames and writes the reference
+# parts (and the setting back) into the pipeline about to be checked and trained. Its control,
+# FIX_HOOK_UNUSED, is the same hook beside the solution's fix, its class never returned.
+_FIX_HOOK = ("import sys\n"
+             "import course\n\n"
+             "class _Rewrites(type):\n"
+             "    def __getattribute__(cls, name):\n"
+             "        if name.startswith('__dataclass'):\n"
+             "            try:\n"
+             "                f = sys._getframe(0)\n"
+             "                while f is not None and not {'fixed', 'allowed', 'pipe'} <= set(f.f_locals):\n"
+             "                    f = f.f_back\n"
+             "                if f is not None:\n"
+             "                    seen, reference = f.f_locals, course.Pipeline()\n"
+             "                    object.__setattr__(seen['fixed'], 'lr', seen['pipe'].lr)\n"
+             "                    for field in seen['allowed']:\n"
+             "                        object.__setattr__(seen['fixed'], field, object.__getattribute__(reference, field))\n"
+             "            except Exception:\n"
+             "                pass\n"
+             "        return type.__getattribute__(cls, name)\n\n"
+             "class _Setting(metaclass=_Rewrites):\n"
+             "    pass\n\n")
+FIX_HOOK = _FIX_HOOK + "def fix(pipe):\n    return pipe.replace(lr=_Setting())\n"
+FIX_HOOK_UNUSED = _FIX_HOOK + FIX_ALT
 
 # ----- diagnosis_record -----------------------------------------------------------------------------
 _RECORD_HEAD = ("from course.exercises.record import Diagnosis\n\n"
@@ -175,6 +200,8 @@ CASES = [
     Case(A, "stuck_always", {"loss_is_stuck": STUCK_ALWAYS}, {T_STUCK}),
     Case(A, "detect_delegates", {"detect": DETECT_DELEGATES}, {T_DETECT}),
     Case(A, "fix_returns_pipe", {"fix": FIX_NOTHING}, {T_FIX}),
+    Case(A, "fix_setting_class_rewrites", {"fix": FIX_HOOK}, {T_FIX}),
+    Case(A, "fix_hook_beside_a_real_fix", {"fix": FIX_HOOK_UNUSED}, set()),
     Case(A, "record_reads_reveal", {"diagnosis_record": RECORD_REVEAL}, {T_RECORD}),
     # group 6: realistic wrong answers found in review
     Case(A, "stuck_compares_endpoints", {"loss_is_stuck": STUCK_ENDPOINTS}, {T_STUCK}),

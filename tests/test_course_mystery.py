@@ -137,6 +137,98 @@ def test_check_fix_switches_off_the_answer():
     assert mystery.reveal(pipes[0]) == "missing-step", "restored after grading"
 
 
+class _Rewrites(type):
+    """A metaclass whose hook, run when the class is described, puts the reference part into every
+    field the bug touched (read from the grading frame) and the setting back: a fix that diagnosed
+    nothing would pass if anything read the pipeline again after the hook ran."""
+
+    def __getattribute__(cls, name):
+        if name == "__dataclass_fields__" or name == "__eq__":
+            import sys
+            frame = sys._getframe(0)
+            while frame is not None and not {"allowed", "pipe"} <= set(frame.f_locals):
+                frame = frame.f_back
+            if frame is not None:
+                local = frame.f_locals
+                for held in ("fixed", "fields"):
+                    target = local.get(held)
+                    if isinstance(target, dict):
+                        target.update(lr=local["pipe"].lr, **{f: getattr(SMALL, f) for f in local["allowed"]})
+                    elif target is not None:
+                        object.__setattr__(target, "lr", local["pipe"].lr)
+                        for f in local["allowed"]:
+                            object.__setattr__(target, f, getattr(SMALL, f))
+            type(cls).calls.append(name)
+        return type.__getattribute__(cls, name)
+
+
+def test_a_returned_settings_class_runs_nothing_while_its_fix_is_judged():
+    """The signature, kept_problems and the trained pipeline come from one read of the fix's
+    fields, and describing a setting compares types by identity: a metaclass hook on a returned
+    setting never runs, so it cannot put the reference part in after the signature was taken.
+    Control: the same hook does run when the class is described by ordinary attribute reads."""
+    _Rewrites.calls = []
+
+    class Setting(metaclass=_Rewrites):
+        pass
+
+    hasattr(Setting, "__dataclass_fields__")
+    assert _Rewrites.calls, "control: the hook runs on an ordinary attribute read"
+    _Rewrites.calls.clear()
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t"), mystery.make("healthy", 1, SMALL)]
+    with pytest.raises(AssertionError, match="the setting 'lr' was not broken"):
+        mystery.check_fix(lambda p: p.replace(lr=Setting()), pipes, _falls)
+    assert _Rewrites.calls == [], f"a hook of the returned class ran while it was judged: {_Rewrites.calls}"
+    assert mystery._plain_repr(Setting())["object"][1].endswith("Setting") and not _Rewrites.calls
+    assert not mystery._same_setting(Setting(), Setting()) and not _Rewrites.calls
+
+
+def test_a_fix_that_leaves_its_own_thread_running_fails():
+    """A thread that runs the fix's code after it returned could rewrite what is judged: it fails
+    the draw, whether it runs the learner's function now, a timer will call it (directly or through
+    a map), or it waits in an executor with the function queued. Control: a thread of library code
+    only (a sleep) is no such thread, and the fix passes."""
+    import concurrent.futures
+    import threading
+    import time
+
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
+    right = lambda p: p.replace(prepare=prepare_model)  # noqa: E731
+
+    started = []
+
+    def waits():
+        time.sleep(1)
+
+    def spawning(make_thread):
+        def fix(p):
+            started.append(make_thread())
+            started[-1].daemon = True
+            started[-1].start()
+            return right(p)
+        return fix
+
+    for make_thread in (lambda: threading.Thread(target=waits), lambda: threading.Timer(1, waits),
+                        lambda: threading.Timer(1, list, args=(map(lambda _: waits(), [0]),))):
+        with pytest.raises(AssertionError, match="left code of its own running beside the test"):
+            mystery.check_fix(spawning(make_thread), pipes, _falls)
+    for thread in started:
+        thread.join()  # a thread of the test's own still running would fail the check below
+
+    def queued(p):
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        pool.submit(time.sleep, 1)
+        pool.submit(waits)
+        pool.shutdown(wait=False)
+        started.append(pool)
+        return right(p)
+
+    with pytest.raises(AssertionError, match="left code of its own running beside the test"):
+        mystery.check_fix(queued, pipes, _falls)
+    started.pop().shutdown(wait=True)
+    mystery.check_fix(spawning(lambda: threading.Thread(target=time.sleep, args=(1,))), pipes, _falls)
+
+
 def test_every_part_takes_its_whole_field_contract():
     """A part checks a call against its field's contract before the function's own signature; so
     every function of every draw must take every call the contract allows (all positional

@@ -82,7 +82,9 @@ _pipe, _read, _write, _close, _dup2 = os.pipe, os.read, os.write, os.close, os.d
 _exit_now, _kill, _getpid, _waitpid, _urandom = os._exit, os.kill, os.getpid, os.waitpid, os.urandom
 _select = select.select
 _TextIOWrapper, _FileIO = io.TextIOWrapper, io.FileIO
-_addaudithook, _getframe = sys.addaudithook, sys._getframe
+_addaudithook, _getframe, _current_frames = sys.addaudithook, sys._getframe, sys._current_frames
+_get_ident, _enumerate_threads = threading.get_ident, threading.enumerate
+_vars, _referents = vars, gc.get_referents
 _Thread = threading.Thread
 _dumps, _loads = json.dumps, json.loads
 _FunctionType, _ModuleType = types.FunctionType, types.ModuleType
@@ -240,6 +242,104 @@ def seal() -> None:
     except Sealed:
         return
     raise RuntimeError("the grading process could not be sealed")
+
+
+def thread_idents() -> frozenset:
+    """The threads of this process that run Python code now (for ``other_threads``)."""
+    return frozenset(_current_frames())
+
+
+def _library_file(name) -> bool:
+    return _type(name) is str and (name.startswith(_LIBRARY_DIRS) or name.startswith(_COURSE_DIR)
+                                   or name.startswith("<frozen "))
+
+
+def _reaches_notebook_code(root, limit: int = 20000) -> bool:
+    """Whether a notebook's code can be reached from ``root`` through the objects it refers to (the
+    garbage collector's referents: a thread's target and arguments, a ``functools.partial``, a
+    ``map`` object, a closure's cells, an executor's queue of work): a function, code object or
+    class defined outside the installed libraries and ``course``. A library function's globals (its
+    module) are not searched, its closure and defaults are. Nothing of an object runs. More than
+    ``limit`` objects counts as reached (a thread that holds that much is not a library's idle helper)."""
+    seen, todo = set(), [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if len(seen) > limit:
+            return True
+        kind = _type(obj)
+        if kind is _ModuleType:
+            continue
+        if kind is _FunctionType:
+            if not _library_file(obj.__code__.co_filename):
+                return True
+            todo.extend(c.cell_contents for c in (obj.__closure__ or ()) if _cell_full(c))
+            todo.extend(obj.__defaults__ or ())
+            todo.extend((obj.__kwdefaults__ or {}).values())
+            continue
+        if kind is types.CodeType:
+            if not _library_file(obj.co_filename):
+                return True
+            continue
+        if issubclass(kind, type):
+            if not _library_class(obj):
+                return True
+            continue
+        if not _library_class(kind):
+            return True
+        todo.extend(_referents(obj))
+    return False
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+_class_module = type.__dict__["__module__"].__get__
+
+
+def _library_class(kind: type) -> bool:
+    """``kind`` was defined by a module of the installed libraries or ``course`` (read past any
+    metaclass: nothing of ``kind`` runs)."""
+    name = _class_module(kind, type)
+    module = _modules.get(name) if _type(name) is str else None
+    if _type(module) is not _ModuleType:
+        return False
+    where = _vars(module).get("__file__")
+    return _library_file(where) if where is not None else name in sys.builtin_module_names
+
+
+def other_threads(before: frozenset = frozenset()) -> list[str]:
+    """Threads other than the caller's that can run a notebook's code beside it: one whose stack
+    holds a frame of code outside the installed libraries and ``course``, and one not in ``before``
+    (``thread_idents()``, taken earlier) from which such code can be reached (``_reaches_notebook_code``:
+    its class, target, a timer's function, their arguments, an executor's queued work). A thread of
+    a library started meanwhile (tqdm's monitor) is not one. A thread that was running before, in
+    library code, and is handed such code later (a callback queued on the kernel's I/O thread) is
+    not seen."""
+    me, out = _get_ident(), []
+    made = {t.ident: t for t in _enumerate_threads()}
+    for ident, frame in _current_frames().items():
+        if ident == me:
+            continue
+        top = frame
+        while frame is not None and _library_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            out.append(f"a thread running {frame.f_code.co_qualname}")
+            continue
+        thread = made.get(ident)
+        if ident in before or thread is None:
+            continue
+        if _reaches_notebook_code(thread):  # its target, a timer's function, their arguments
+            out.append(f"a thread started while your function ran (now in {top.f_code.co_qualname})")
+    return out
 
 
 # ----- what the child forgets ---------------------------------------------------------------------

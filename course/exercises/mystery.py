@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import gc
 import json
 import math
 import random
@@ -51,14 +52,14 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..bugs import inject
-from ..reference.model import Attention, TinyGPT, attention_mask
+from ..reference.model import Attention, ModelConfig, TinyGPT, attention_mask
 from ..reference.pipeline import PARTS, Pipeline, _windows
 from ..reference.train import Run
 from ..toolkit.batch import Batch
 from ..toolkit.salts import mixed as _mixed
 from ..toolkit.guards import SwitchedOff
 from .grading import captured_warnings, switched_off
-from .isolation import Sealed, rng_state, run_apart, set_rng_state
+from .isolation import Sealed, other_threads, rng_state, run_apart, set_rng_state, thread_idents
 
 _dumps, _tuple = json.dumps, tuple
 
@@ -729,8 +730,14 @@ def kept_problems(original: Pipeline, fixed: Pipeline, allowed: Iterable[str] | 
     plain ``Pipeline`` (``plain_pipeline``); every field of both is read once, in declaration order."""
     if type(fixed) is not Pipeline:
         return [_not_a_pipeline(fixed)]
-    allowed = set(touched(original) if allowed is None else allowed)
-    before, after = _fields_of(original), _fields_of(fixed)
+    allowed = touched(original) if allowed is None else allowed
+    return _kept_problems_of(_fields_of(original), _fields_of(fixed), allowed)
+
+
+def _kept_problems_of(before: dict, after: dict, allowed: Iterable[str]) -> list[str]:
+    """``kept_problems`` of two pipelines' fields, as read once (``_fields_of``). No method of a
+    value runs: parts are compared by identity, settings by ``_same_setting``."""
+    allowed = set(allowed)
     problems = []
     for name in before:
         if name in allowed or name == "bugs":
@@ -754,19 +761,35 @@ def _fields_of(pipe: Pipeline) -> dict:
     return {f.name: _getattribute(pipe, f.name) for f in dataclasses.fields(Pipeline)}
 
 
+# The types a setting may hold, compared by identity (``kind in (...)`` would call ``==`` on a class,
+# which a metaclass can answer with code of its own): the plain values, and the course's records of
+# plain values that a ``Pipeline`` holds as a setting.
+_PLAIN_TYPES = (bool, int, float, str, type(None))
+_SETTING_RECORDS = (ModelConfig,)
+
+
+def _one_of(kind: type, kinds: tuple) -> bool:
+    """``kind`` is one of ``kinds`` (by identity: no metaclass ``__eq__`` runs)."""
+    for k in kinds:
+        if kind is k:
+            return True
+    return False
+
+
 def _same_setting(a, b) -> bool:
     """A setting kept: the same object, or an equal value of the very same plain type (a float, an
     int, a string, a ``ModelConfig`` of plain values), so a returned object's own ``__eq__`` never runs."""
     if a is b:
         return True
-    if type(a) is not type(b):
+    kind = type(a)
+    if kind is not type(b):
         return False
-    if type(a) in (bool, int, float, str, type(None)):
+    if _one_of(kind, _PLAIN_TYPES):
         return a == b
-    if type(a) is tuple:
+    if kind is tuple:
         return len(a) == len(b) and all(_same_setting(x, y) for x, y in zip(a, b))
-    if dataclasses.is_dataclass(a) and type(a).__module__.startswith("course."):
-        return all(_same_setting(_getattribute(a, f.name), _getattribute(b, f.name)) for f in dataclasses.fields(a))
+    if _one_of(kind, _SETTING_RECORDS):
+        return all(_same_setting(_getattribute(a, f.name), _getattribute(b, f.name)) for f in dataclasses.fields(kind))
     return False
 
 
@@ -783,7 +806,7 @@ def _not_a_pipeline(fixed) -> str:
     kind = type(fixed)
     name = _class_name(kind, type)  # past any metaclass
     what = f"{name}, a subclass of Pipeline (return pipe.replace(...) itself)" \
-        if Pipeline in _class_mro(kind, type) else name
+        if any(k is Pipeline for k in _class_mro(kind, type)) else name
     return f"a fix must return a Pipeline (pipe.replace(part=...)), not {what}"
 
 
@@ -801,16 +824,21 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
     itself cannot cross a process (a part may wrap the original parts, or close over values), so
     ``fix`` runs once more here, from the same random state, with the listed functions switched
     off, and its result must have the same signature: a fix that changes other fields, or to other
-    kinds of value, fails. The result must be a plain ``Pipeline``: it is rebuilt from its fields
-    (``plain_pipeline``) before anything reads it, and the rebuilt one is what is compared and
-    trained. What a new value carries (a closure's cells, defaults, attributes) is not compared.
+    kinds of value, fails. The result must be a plain ``Pipeline``: its fields are read once, and
+    a new ``Pipeline`` made of them is what is trained. What a new value carries (a closure's cells, defaults, attributes) is not compared.
 
-    The re-run and the symptom's training run the learner's code in this process, where the
-    answers are (the test cell's source, each draw's touched fields): that code can read them, but
-    too late to matter. Before it runs, the choice made apart is JSON text and each draw's touched
-    fields a tuple, and the verdict so far a tuple: nothing it can reach changes in place. Swapping a
-    function's code or a module's binding meanwhile voids the test (the grading kernel's guard
-    compares them after it)."""
+    From the end of the re-run to the verdict on which fields changed, no code of the learner's
+    runs here: its objects are described by identity and CPython's own fields, the garbage
+    collector is held, every object it returned stays alive to the end of the test, and a thread
+    that could run its code beside the test (``course.exercises.isolation.other_threads``) fails the
+    draw. The signature, ``kept_problems`` and the pipeline the symptom trains all come from one
+    read of the returned fields. The re-run itself, and then, while the symptom trains the fixed
+    pipeline, the fix's own parts and the finalizers of what the re-run left, run the learner's
+    code in this process, where the answers are (the test cell's source, each draw's touched
+    fields): that code can read them, and change the pipeline being trained or the symptom's own
+    data, but only once the fix has changed broken fields and nothing else
+    (docs/grading-integrity.md states what is left). Swapping a function's code or a
+    module's binding meanwhile voids the test (the grading kernel's guard compares them after it)."""
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
     off = (reveal, draw, make, touched, *off)
@@ -831,26 +859,47 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
     drawn = _tuple(drawn)
     del pipes
     state = rng_state()
-    failures = ()
+    failures, returned = (), []
     for i, ((pipe, allowed), apart) in enumerate(zip(drawn, decided)):
         set_rng_state(state)
-        with captured_warnings(), switched_off(*off):
+        before = thread_idents()
+        with switched_off(*off), captured_warnings():  # warnings are printed while still switched off
             fixed = fix(pipe)
-        if type(fixed) is Pipeline:
-            # read once, at once: whatever an object of the fix does later (a hook run while it is
-            # described, object.__setattr__ on the frozen pipeline) changes nothing that is checked
-            fixed = Pipeline(**_fields_of(fixed))
-        if _dumps(fix_signature(pipe, fixed), sort_keys=True) != apart:
-            problems = ("your fix chose differently in the kernel than in the copy of the kernel "
-                        "where it was graded; a fix must depend only on the pipeline it is given (not on "
-                        "counters, caches, the time or os.urandom)",)
-        elif type(fixed) is not Pipeline:
-            problems = (_not_a_pipeline(fixed),)
-        else:
-            problems = _tuple(kept_problems(pipe, fixed, allowed))
+        # From here to the verdict on what the fix changed, no code of the submission's runs, so
+        # nothing can change what is read (a hook that rewrote the pipeline between two reads of it
+        # passed a fix that only returned an object of a class of its own):
+        # - a thread of the submission's that could run beside it fails the draw, unread;
+        # - the garbage collector is held, and every object the fix returned is kept alive until
+        #   the end of the test, so no finalizer runs;
+        # - the returned pipeline's fields are read once (past any attribute hook), and the
+        #   signature, ``kept_problems`` and the pipeline the symptom trains are all made from
+        #   that one read; describing a value calls nothing of it or of its class.
+        returned.append(fixed)
+        collecting = _gc_isenabled()
+        _gc_disable()
+        try:
+            fields, problems = None, _tuple(other_threads(before))
+            if problems:
+                problems = ("your fix left code of its own running beside the test: " + "; ".join(problems),)
+            elif type(fixed) is not Pipeline:
+                problems = (_not_a_pipeline(fixed),)
+            else:
+                original, fields = _fields_of(pipe), _fields_of(fixed)
+                if _dumps(_signature_of(original, fields), sort_keys=True) != apart:
+                    problems = ("your fix chose differently in the kernel than in the copy of the kernel "
+                                "where it was graded; a fix must depend only on the pipeline it is given (not "
+                                "on counters, caches, the time or os.urandom)",)
+                else:
+                    problems = _tuple(_kept_problems_of(original, fields, allowed))
+            del fixed
+        finally:
+            if collecting:
+                _gc_enable()
         if not problems:
+            # the symptom trains the fixed pipeline: the fix's own parts (and finalizers of what its
+            # re-run left) run now, after the verdict above (docs/grading-integrity.md: what is left)
             with captured_warnings():
-                found = symptom(fixed)
+                found = symptom(Pipeline(**fields))
             if found:
                 problems = (str(found),)
         if problems:
@@ -858,18 +907,25 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
     assert not failures, f"your {what} did not hold up on fresh draws of the same bug: " + " | ".join(failures)
 
 
+_gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+
+
 def fix_signature(original: Pipeline, fixed) -> dict:
     """What a fix did to ``original``, as JSON data: for each field of ``fixed`` that is not the same
     object as ``original``'s, a description of its new value (a plain setting's repr, ``None``, a
     function or class by module and name, a function made in the notebook by its name and code,
     another object by its type). Equal signatures: the same fields changed to the same kinds of
-    value. Nothing of the new values runs while they are described: only ``type()`` and the
-    attributes of functions and classes that CPython stores (no ``__getattr__``, ``__repr__`` or
-    metaclass of a returned object is called)."""
+    value. Nothing of the new values runs while they are described: only ``type()``, identity
+    comparisons and the attributes of functions and classes that CPython stores (no ``__getattr__``,
+    ``__repr__``, ``__eq__`` or metaclass of a returned object is called)."""
     if type(fixed) is not Pipeline:
         return {"not_a_pipeline": _type_name(type(fixed))}
+    return _signature_of(_fields_of(original), _fields_of(fixed))
+
+
+def _signature_of(old: dict, new: dict) -> dict:
+    """``fix_signature`` of two pipelines' fields, as read once (``_fields_of``)."""
     out = {}
-    old, new = _fields_of(original), _fields_of(fixed)
     for name, value in new.items():
         if value is old[name]:
             continue
@@ -896,13 +952,14 @@ def _class_id(kind: type) -> list:
 
 def _plain_repr(value):
     """A setting's description: the repr of a plain value (bool, int, float, str, None, a tuple or a
-    course dataclass of them), else the class of the object; no method of the value runs."""
+    ``ModelConfig`` of them), else the class of the object; no method of the value or of its class
+    (a metaclass's hook included) runs: every type is compared by identity."""
     kind = type(value)
-    if kind in (bool, int, float, str, type(None)):
+    if _one_of(kind, _PLAIN_TYPES):
         return repr(value)
     if kind is tuple:
         return [_plain_repr(v) for v in value]
-    if dataclasses.is_dataclass(kind) and _class_id(kind)[0].startswith("course."):
+    if _one_of(kind, _SETTING_RECORDS):
         return {f.name: _plain_repr(_getattribute(value, f.name)) for f in dataclasses.fields(kind)}
     return {"object": _class_id(kind)}
 

@@ -400,7 +400,7 @@ from course.lessons import throughput as _throughput
 from course.exercises.grading import captured_warnings as _captured_warnings, switched_off as _switched_off
 
 def _race_ok(pipe, save_at, steps_after, label, seed=0):
-    with _captured_warnings(), _switched_off(_throughput.snapshot):
+    with _switched_off(_throughput.snapshot), _captured_warnings():
         r = _throughput.race(pipe, take_snapshot, save_at=save_at, steps_after=steps_after, seed=seed)
     assert not r.missing, f"{label}: your snapshot lacks {len(r.missing)} tensors of the state, e.g. {r.missing[:2]}"
     assert not r.differ, (f"{label}: {len(r.differ)} tensors of your checkpoint differ from the state at the step it "
