@@ -142,8 +142,14 @@ class _Rewrites(type):
     field the bug touched (read from the grading frame) and the setting back: a fix that diagnosed
     nothing would pass if anything read the pipeline again after the hook ran."""
 
+    def __eq__(cls, other):  # ``kind in (...)`` would call it
+        type(cls).calls.append("__eq__")
+        return type.__eq__(cls, other)
+
+    __hash__ = type.__hash__
+
     def __getattribute__(cls, name):
-        if name == "__dataclass_fields__" or name == "__eq__":
+        if name == "__dataclass_fields__":
             import sys
             frame = sys._getframe(0)
             while frame is not None and not {"allowed", "pipe"} <= set(frame.f_locals):
@@ -181,6 +187,57 @@ def test_a_returned_settings_class_runs_nothing_while_its_fix_is_judged():
     assert _Rewrites.calls == [], f"a hook of the returned class ran while it was judged: {_Rewrites.calls}"
     assert mystery._plain_repr(Setting())["object"][1].endswith("Setting") and not _Rewrites.calls
     assert not mystery._same_setting(Setting(), Setting()) and not _Rewrites.calls
+
+
+class _Relay:
+    """Garbage in a reference cycle whose finalizer, each time the collector runs it, leaves another
+    such cycle behind, until it finds ``kept_problems`` reading the fixed pipeline's fields: then it
+    writes the reference part into each field the bug touched."""
+
+    def __init__(self, wrote):
+        self.cycle, self.wrote = self, wrote
+
+    def __del__(self):
+        import sys
+        frame = sys._getframe(0)
+        while frame is not None and frame.f_code.co_name != "_kept_problems_of":
+            frame = frame.f_back
+        if frame is None:
+            _Relay(self.wrote)
+            return
+        after, allowed = frame.f_locals["after"], frame.f_locals["allowed"]
+        for name in allowed:
+            after[name] = getattr(SMALL, name)
+        self.wrote.append(sorted(allowed))
+
+
+def test_the_fixs_garbage_is_not_collected_while_its_fix_is_judged():
+    """The garbage collector is held from the end of the fix's re-run to the verdict on what it
+    changed: a finalizer of the fix's garbage, collected then, would put the reference part in the
+    fields being judged, so a fix that changed nothing would pass. Control: the same relay, started
+    with the collector running often, does reach ``kept_problems`` when that runs outside the hold."""
+    import gc
+
+    wrote, threshold = [], gc.get_threshold()
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
+
+    def changes_nothing(p):
+        gc.set_threshold(1)
+        _Relay(wrote)
+        return p
+
+    try:
+        with pytest.raises(AssertionError, match="left every broken part"):
+            mystery.check_fix(changes_nothing, pipes, _falls)
+        assert wrote == [], f"a finalizer ran inside kept_problems while it was judged: {wrote}"
+        gc.set_threshold(1)
+        _Relay(wrote)
+        mystery.kept_problems(pipes[0], pipes[0])
+    finally:
+        gc.set_threshold(*threshold)
+        gc.collect()
+    assert wrote and all(w == ["prepare"] for w in wrote), \
+        "control: outside the hold, the relay rewrites what kept_problems reads"
 
 
 def test_a_fix_that_leaves_its_own_thread_running_fails():

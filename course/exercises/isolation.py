@@ -83,7 +83,8 @@ _exit_now, _kill, _getpid, _waitpid, _urandom = os._exit, os.kill, os.getpid, os
 _select = select.select
 _TextIOWrapper, _FileIO = io.TextIOWrapper, io.FileIO
 _addaudithook, _getframe, _current_frames = sys.addaudithook, sys._getframe, sys._current_frames
-_get_ident, _enumerate_threads = threading.get_ident, threading.enumerate
+_get_ident, _active_threads = threading.get_ident, threading._active  # ident -> Thread, threading's own dict
+_base_getattribute = object.__getattribute__
 _vars, _referents = vars, gc.get_referents
 _Thread = threading.Thread
 _dumps, _loads = json.dumps, json.loads
@@ -244,24 +245,50 @@ def seal() -> None:
     raise RuntimeError("the grading process could not be sealed")
 
 
-def thread_idents() -> frozenset:
-    """The threads of this process that run Python code now (for ``other_threads``)."""
-    return frozenset(_current_frames())
-
-
 def _library_file(name) -> bool:
     return _type(name) is str and (name.startswith(_LIBRARY_DIRS) or name.startswith(_COURSE_DIR)
                                    or name.startswith("<frozen "))
 
 
-def _reaches_notebook_code(root, limit: int = 20000) -> bool:
-    """Whether a notebook's code can be reached from ``root`` through the objects it refers to (the
-    garbage collector's referents: a thread's target and arguments, a ``functools.partial``, a
-    ``map`` object, a closure's cells, an executor's queue of work): a function, code object or
-    class defined outside the installed libraries and ``course``. A library function's globals (its
-    module) are not searched, its closure and defaults are. Nothing of an object runs. More than
-    ``limit`` objects counts as reached (a thread that holds that much is not a library's idle helper)."""
-    seen, todo = set(), [root]
+def plain_str(text) -> str:
+    """``text`` if it is exactly a ``str``, else ``"?"``: formatting a subclass would run its code."""
+    return text if _type(text) is str else "?"
+
+
+_class_mro, _class_vars = type.__dict__["__mro__"].__get__, type.__dict__["__dict__"].__get__
+
+
+def _class_runs_notebook_code(kind: type) -> bool:
+    """Whether a class, or its metaclass, or any class of either's MRO, holds a function whose code is
+    outside the installed libraries and ``course`` (a method, or one held by a ``staticmethod``,
+    ``classmethod`` or ``property``). Read past any metaclass: nothing of the class runs."""
+    for cls in (*_class_mro(kind, type), *_class_mro(_type(kind), type)):
+        for value in _class_vars(cls, type).values():  # a mappingproxy over the class's own dict
+            for fn in _functions_held(value):
+                if _type(fn) is _FunctionType and not _library_file(fn.__code__.co_filename):
+                    return True
+    return False
+
+
+def _functions_held(value) -> tuple:
+    kind = _type(value)
+    if kind is _FunctionType:
+        return (value,)
+    if kind is staticmethod or kind is classmethod:
+        return (_base_getattribute(value, "__func__"),)
+    if kind is property:
+        return tuple(_base_getattribute(value, a) for a in ("fget", "fset", "fdel"))
+    return ()
+
+
+def _reaches_notebook_code(roots, limit: int = 5000) -> bool:
+    """Whether a notebook's code can be reached from ``roots`` through what they refer to (the
+    garbage collector's referents: a ``functools.partial``, a ``map``, a closure's cells and
+    defaults, an executor's queue of work): a function or code object outside the installed libraries
+    and ``course``, or an object or class whose class holds one (``_class_runs_notebook_code``). A
+    function's globals (its module) are not searched. Nothing of an object runs; more than ``limit``
+    objects counts as reached."""
+    seen, classes, todo = set(), {}, list(roots)
     while todo:
         obj = todo.pop()
         if id(obj) in seen:
@@ -272,24 +299,23 @@ def _reaches_notebook_code(root, limit: int = 20000) -> bool:
         kind = _type(obj)
         if kind is _ModuleType:
             continue
+        if id(kind) not in classes:
+            classes[id(kind)] = _class_runs_notebook_code(kind)
+        if classes[id(kind)] or (issubclass(kind, type) and _class_runs_notebook_code(obj)):
+            return True
         if kind is _FunctionType:
-            if not _library_file(obj.__code__.co_filename):
+            defaults, keywords = obj.__defaults__, obj.__kwdefaults__
+            if not _library_file(obj.__code__.co_filename) or _type(defaults) not in (_tuple, _type(None)) \
+                    or _type(keywords) not in (dict, _type(None)):
                 return True
-            todo.extend(c.cell_contents for c in (obj.__closure__ or ()) if _cell_full(c))
-            todo.extend(obj.__defaults__ or ())
-            todo.extend((obj.__kwdefaults__ or {}).values())
-            continue
-        if kind is types.CodeType:
+            todo.extend(c.cell_contents for c in obj.__closure__ or () if _cell_full(c))
+            todo.extend(defaults or ())
+            todo.extend(dict.values(keywords or {}))
+        elif kind is types.CodeType:
             if not _library_file(obj.co_filename):
                 return True
-            continue
-        if issubclass(kind, type):
-            if not _library_class(obj):
-                return True
-            continue
-        if not _library_class(kind):
-            return True
-        todo.extend(_referents(obj))
+        elif not issubclass(kind, type):
+            todo.extend(_referents(obj))
     return False
 
 
@@ -301,30 +327,23 @@ def _cell_full(cell) -> bool:
     return True
 
 
-_class_module = type.__dict__["__module__"].__get__
+def thread_idents() -> frozenset:
+    """The threads of this process that run Python code now (for ``other_threads``)."""
+    return frozenset(_current_frames())
 
 
-def _library_class(kind: type) -> bool:
-    """``kind`` was defined by a module of the installed libraries or ``course`` (read past any
-    metaclass: nothing of ``kind`` runs)."""
-    name = _class_module(kind, type)
-    module = _modules.get(name) if _type(name) is str else None
-    if _type(module) is not _ModuleType:
-        return False
-    where = _vars(module).get("__file__")
-    return _library_file(where) if where is not None else name in sys.builtin_module_names
+_THREAD_CALLS = frozenset({"_target", "_args", "_kwargs", "function", "args", "kwargs"})
 
 
 def other_threads(before: frozenset = frozenset()) -> list[str]:
     """Threads other than the caller's that can run a notebook's code beside it: one whose stack
     holds a frame of code outside the installed libraries and ``course``, and one not in ``before``
-    (``thread_idents()``, taken earlier) from which such code can be reached (``_reaches_notebook_code``:
-    its class, target, a timer's function, their arguments, an executor's queued work). A thread of
-    a library started meanwhile (tqdm's monitor) is not one. A thread that was running before, in
-    library code, and is handed such code later (a callback queued on the kernel's I/O thread) is
-    not seen."""
+    (``thread_idents()``, taken earlier) that is not a ``threading`` thread, or whose class, target,
+    timer function or their arguments reach such code (``_reaches_notebook_code``: an executor's
+    queued work included). A library's thread started meanwhile (tqdm's monitor, a sleep) is not one.
+    No attribute of a thread object is read. Not seen: a thread that ran before, in library code,
+    and is handed a notebook's code later (a callback queued on the kernel's I/O thread)."""
     me, out = _get_ident(), []
-    made = {t.ident: t for t in _enumerate_threads()}
     for ident, frame in _current_frames().items():
         if ident == me:
             continue
@@ -332,13 +351,18 @@ def other_threads(before: frozenset = frozenset()) -> list[str]:
         while frame is not None and _library_file(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is not None:
-            out.append(f"a thread running {frame.f_code.co_qualname}")
+            out.append(f"a thread running {plain_str(frame.f_code.co_qualname)}")
             continue
-        thread = made.get(ident)
-        if ident in before or thread is None:
+        if ident in before:
             continue
-        if _reaches_notebook_code(thread):  # its target, a timer's function, their arguments
-            out.append(f"a thread started while your function ran (now in {top.f_code.co_qualname})")
+        thread = dict.get(_active_threads, ident)
+        calls = None
+        if thread is not None and not _class_runs_notebook_code(_type(thread)):
+            state = _base_getattribute(thread, "__dict__")
+            calls = [v for k, v in dict.items(state) if _type(k) is str and k in _THREAD_CALLS] \
+                if _type(state) is dict else None
+        if calls is None or _reaches_notebook_code(calls):
+            out.append(f"a thread started while your function ran (now in {plain_str(top.f_code.co_qualname)})")
     return out
 
 

@@ -36,7 +36,9 @@ import collections
 import dataclasses
 import functools
 import gc
+import hashlib
 import json
+import marshal
 import math
 import random
 import sys
@@ -59,7 +61,7 @@ from ..toolkit.batch import Batch
 from ..toolkit.salts import mixed as _mixed
 from ..toolkit.guards import SwitchedOff
 from .grading import captured_warnings, switched_off
-from .isolation import Sealed, other_threads, rng_state, run_apart, set_rng_state, thread_idents
+from .isolation import Sealed, other_threads, plain_str, rng_state, run_apart, set_rng_state, thread_idents
 
 _dumps, _tuple = json.dumps, tuple
 
@@ -757,8 +759,8 @@ _getattribute = object.__getattribute__
 
 def _fields_of(pipe: Pipeline) -> dict:
     """Every field of a plain ``Pipeline``, read once, in declaration order, past any class-level
-    attribute hook (``object.__getattribute__``)."""
-    return {f.name: _getattribute(pipe, f.name) for f in dataclasses.fields(Pipeline)}
+    attribute hook (``object.__getattribute__``; the names were read at import)."""
+    return {name: _getattribute(pipe, name) for name in _PIPELINE_FIELDS}
 
 
 # The types a setting may hold, compared by identity (``kind in (...)`` would call ``==`` on a class,
@@ -766,6 +768,8 @@ def _fields_of(pipe: Pipeline) -> dict:
 # plain values that a ``Pipeline`` holds as a setting.
 _PLAIN_TYPES = (bool, int, float, str, type(None))
 _SETTING_RECORDS = (ModelConfig,)
+_RECORD_FIELDS = {id(ModelConfig): tuple(f.name for f in dataclasses.fields(ModelConfig))}
+_PIPELINE_FIELDS = tuple(f.name for f in dataclasses.fields(Pipeline))
 
 
 def _one_of(kind: type, kinds: tuple) -> bool:
@@ -789,7 +793,7 @@ def _same_setting(a, b) -> bool:
     if kind is tuple:
         return len(a) == len(b) and all(_same_setting(x, y) for x, y in zip(a, b))
     if _one_of(kind, _SETTING_RECORDS):
-        return all(_same_setting(_getattribute(a, f.name), _getattribute(b, f.name)) for f in dataclasses.fields(kind))
+        return all(_same_setting(_getattribute(a, name), _getattribute(b, name)) for name in _RECORD_FIELDS[id(kind)])
     return False
 
 
@@ -804,7 +808,7 @@ def plain_pipeline(fixed) -> Pipeline:
 
 def _not_a_pipeline(fixed) -> str:
     kind = type(fixed)
-    name = _class_name(kind, type)  # past any metaclass
+    name = plain_str(_class_name(kind, type))  # past any metaclass
     what = f"{name}, a subclass of Pipeline (return pipe.replace(...) itself)" \
         if any(k is Pipeline for k in _class_mro(kind, type)) else name
     return f"a fix must return a Pipeline (pipe.replace(part=...)), not {what}"
@@ -827,23 +831,25 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
     kinds of value, fails. The result must be a plain ``Pipeline``: its fields are read once, and
     a new ``Pipeline`` made of them is what is trained. What a new value carries (a closure's cells, defaults, attributes) is not compared.
 
-    From the end of the re-run to the verdict on which fields changed, no code of the learner's
-    runs here: its objects are described by identity and CPython's own fields, the garbage
-    collector is held, every object it returned stays alive to the end of the test, and a thread
-    that could run its code beside the test (``course.exercises.isolation.other_threads``) fails the
-    draw. The signature, ``kept_problems`` and the pipeline the symptom trains all come from one
-    read of the returned fields. The re-run itself, and then, while the symptom trains the fixed
-    pipeline, the fix's own parts and the finalizers of what the re-run left, run the learner's
-    code in this process, where the answers are (the test cell's source, each draw's touched
-    fields): that code can read them, and change the pipeline being trained or the symptom's own
-    data, but only once the fix has changed broken fields and nothing else
-    (docs/grading-integrity.md states what is left). Swapping a function's code or a
-    module's binding meanwhile voids the test (the grading kernel's guard compares them after it)."""
+    From the end of the re-run to the verdict on which fields changed, nothing the fix returned is
+    called: its fields are read once (the signature, ``kept_problems`` and the pipeline the symptom
+    trains all come from that read), described by type identity and what CPython stores, and
+    compared with ``==`` on plain types only; the garbage collector is held and every returned
+    object kept alive, so no finalizer runs; a thread that could run the learner's code beside the
+    test fails the draw (``course.exercises.isolation.other_threads``). Not stopped, because it acts
+    on the whole process, not through what the fix returned: a trace, profile or signal handler
+    that the re-run installs (it runs at the first call after the block), a binding it patches and
+    that restores itself, a thread started without ``threading`` that has not run yet. Those, the
+    re-run itself, and then the symptom's training of the fix's own parts run the learner's code in
+    this process, where the answers are (the test cell's source, each draw's touched fields), and
+    can change the verdict (docs/grading-integrity.md states what is left). Swapping a function's
+    code or a module's binding for good voids the test (the grading kernel's guard compares them
+    after it)."""
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
     off = (reveal, draw, make, touched, *off)
     # What was decided apart, as JSON text: a string, which no code can change in place.
-    decided = _tuple(_dumps(o.get(), sort_keys=True) for o in run_apart(fix, pipes, fix_signature, off=off))
+    decided = _tuple(_frozen(o.get()) for o in run_apart(fix, pipes, fix_signature, off=off))
     # Everything the verdict needs is fixed here, before the fix runs in this process: each draw
     # as the fix will get it, and the fields its bug touched, as tuples of strings. The re-run and
     # the symptom's training run the learner's code here, where any frame can be read: it may read
@@ -865,15 +871,16 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
         before = thread_idents()
         with switched_off(*off), captured_warnings():  # warnings are printed while still switched off
             fixed = fix(pipe)
-        # From here to the verdict on what the fix changed, no code of the submission's runs, so
-        # nothing can change what is read (a hook that rewrote the pipeline between two reads of it
-        # passed a fix that only returned an object of a class of its own):
+        # From here to the verdict on what the fix changed, nothing the fix returned is called (a
+        # metaclass hook that rewrote the pipeline between two reads of it passed a fix that only
+        # returned an object of a class of its own):
         # - a thread of the submission's that could run beside it fails the draw, unread;
         # - the garbage collector is held, and every object the fix returned is kept alive until
-        #   the end of the test, so no finalizer runs;
+        #   check_fix returns, so no finalizer runs;
         # - the returned pipeline's fields are read once (past any attribute hook), and the
         #   signature, ``kept_problems`` and the pipeline the symptom trains are all made from
         #   that one read; describing a value calls nothing of it or of its class.
+        # A process-wide hook the re-run installed (trace, profile, signal) is not stopped here.
         returned.append(fixed)
         collecting = _gc_isenabled()
         _gc_disable()
@@ -885,7 +892,7 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
                 problems = (_not_a_pipeline(fixed),)
             else:
                 original, fields = _fields_of(pipe), _fields_of(fixed)
-                if _dumps(_signature_of(original, fields), sort_keys=True) != apart:
+                if _frozen(_signature_of(original, fields)) != apart:
                     problems = ("your fix chose differently in the kernel than in the copy of the kernel "
                                 "where it was graded; a fix must depend only on the pipeline it is given (not "
                                 "on counters, caches, the time or os.urandom)",)
@@ -908,6 +915,17 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
 
 
 _gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+
+
+def _frozen(data):
+    """JSON data (dicts, lists, strings, numbers) as nested tuples, dicts as their sorted items:
+    what no code can change in place, compared with ``==`` on plain types only."""
+    kind = type(data)
+    if kind is dict:
+        return _tuple(sorted((key, _frozen(value)) for key, value in data.items()))
+    if kind is list:
+        return _tuple(_frozen(value) for value in data)
+    return data
 
 
 def fix_signature(original: Pipeline, fixed) -> dict:
@@ -941,13 +959,12 @@ _class_name, _class_mro, _class_vars = _type_dict["__name__"].__get__, _type_dic
 
 def _type_name(kind: type) -> str:
     """``kind``'s qualified name, read past any metaclass."""
-    return _class_qualname(kind, type)
+    return plain_str(_class_qualname(kind, type))
 
 
 def _class_id(kind: type) -> list:
-    """[module, qualname] of a class, read past any metaclass (a module that is not a str reads "?")."""
-    module = _class_module(kind, type)
-    return [module if type(module) is str else "?", _class_qualname(kind, type)]
+    """[module, qualname] of a class, read past any metaclass (what is not exactly a str reads "?")."""
+    return [plain_str(_class_module(kind, type)), plain_str(_class_qualname(kind, type))]
 
 
 def _plain_repr(value):
@@ -960,44 +977,26 @@ def _plain_repr(value):
     if kind is tuple:
         return [_plain_repr(v) for v in value]
     if _one_of(kind, _SETTING_RECORDS):
-        return {f.name: _plain_repr(_getattribute(value, f.name)) for f in dataclasses.fields(kind)}
+        return {name: _plain_repr(_getattribute(value, name)) for name in _RECORD_FIELDS[id(kind)]}
     return {"object": _class_id(kind)}
 
 
-def _lookup(module: str, qualname: str):
-    """The object a module's dict holds under ``qualname`` (dotted through classes' own dicts), or
-    None: no module ``__getattr__`` or class attribute hook runs."""
-    target = sys.modules.get(module)
-    if type(target) is not types.ModuleType:
-        return None
-    space = vars(target)
-    for piece in qualname.split("."):
-        target = dict.get(space, piece) if type(space) is dict else space.get(piece)
-        if target is None:
-            return None
-        space = _class_vars(target, type) if type(target) is type else {}
-    return target
-
-
 def _describe(value) -> dict:
-    import hashlib
-    import marshal
-
+    """A part's description: None, a function by module, name and a digest of its code, a builtin
+    or a class by module and name, another object by its class. What CPython stores is read (no
+    hook of the value runs); a name that is not exactly a ``str`` reads ``"?"``. No dictionary is
+    looked up by a name here: a key planted in ``sys.modules`` or a module's dict could answer it."""
     if value is None:
         return {"none": True}
     kind = type(value)
     if kind is types.FunctionType or kind is types.BuiltinFunctionType:
-        module, qualname = value.__module__, value.__qualname__  # what CPython stores: no hook runs
-        module = module if type(module) is str else "?"
-        qualname = qualname if type(qualname) is str else "?"
-        if _lookup(module, qualname) is value:
-            return {"ref": [module, qualname]}
+        where = [plain_str(value.__module__), plain_str(value.__qualname__)]
         if kind is types.FunctionType:
-            return {"function": [module, qualname], "code": hashlib.sha256(marshal.dumps(value.__code__)).hexdigest()}
-        return {"object": _class_id(kind)}
+            return {"function": where, "code": _sha256(_marshal_dumps(value.__code__)).hexdigest()}
+        return {"builtin": where}
     if kind is type:
-        module, qualname = _class_id(value)
-        if _lookup(module, qualname) is value:
-            return {"ref": [module, qualname]}
-        return {"class": [module, qualname]}
+        return {"class": _class_id(value)}
     return {"object": _class_id(kind)}
+
+
+_sha256, _marshal_dumps = hashlib.sha256, marshal.dumps
