@@ -6,7 +6,9 @@
    applies a conftest's collection hooks only below its own folder, so ``make test-notebooks``
    loads this file as a plugin (``-p tests.conftest``) to reach solutions/.
 2. The repository root goes on sys.path so tests can import the ``autograder`` scripts package.
-3. Tests of ``course`` run torch on one intra-op thread: tiny models run fastest that way, and with
+3. nbval runs the notebooks longest first (the committed bench record's seconds per notebook), so
+   that with one worker per core a short notebook, not a long one, is left running alone at the end.
+4. Tests of ``course`` run torch on one intra-op thread: tiny models run fastest that way, and with
    two threads on a busy 2-core machine OpenMP spin-waiting made 30 steps take seconds instead of a
    tenth of one. The previous setting is restored after each test module.
 """
@@ -40,6 +42,19 @@ def pytest_collectstart(collector):
                 f"{collector.fspath.basename}: its saved outputs were made on another kind of machine "
                 f"({made_on or 'not recorded'}; this one: {here}), so numbers are not compared: "
                 f"re-execute it here (make solutions) for an exact comparison"))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """When every item is a notebook's cell (``make test-notebooks``): the notebooks in
+    ``autograder.bench.longest_first`` order, each notebook's cells in their own order. Every
+    xdist worker collects the same order, as it must."""
+    if not items or not all(str(item.fspath).endswith(".ipynb") for item in items):
+        return
+    from autograder import bench
+
+    names = list(dict.fromkeys(Path(str(item.fspath)).stem for item in items))
+    rank = {name: i for i, name in enumerate(bench.longest_first(dict.fromkeys(names, 1), bench.load_record()))}
+    items.sort(key=lambda item: rank[Path(str(item.fspath)).stem])  # stable: cells keep their order
 
 
 @pytest.fixture(autouse=True, scope="module")
