@@ -113,6 +113,28 @@ FIX_SHOTGUN = ("from course.reference.pipeline import prepare_model, build_optim
                "    return pipe.replace(prepare=prepare_model, make_optimizer=build_optimizer,\n"
                "                        optimizer_factory=adamw, update=apply_update)\n")
 FIX_NOTHING = "def fix(pipe):\n    return pipe\n"
+# Red team, 2026-12-07: no test of the pipeline. In the graded call's process no frame can be
+# read, so the pipeline comes back unchanged; in the kernel's re-run the test's frame says which
+# fields the bug touched, and a stand-in that puts itself back when called made the two choices
+# look the same (2 of 2 before the verdict was taken from the choice made apart).
+FIX_READS_THE_TEST = ("import sys\n"
+                      "import course.exercises.mystery as _M\n"
+                      "from course.reference.pipeline import healthy_twin\n\n"
+                      "def fix(pipe):\n"
+                      "    try:\n"
+                      "        seen = sys._getframe(1).f_locals\n"
+                      "    except Exception:\n"
+                      "        return pipe\n"
+                      "    allowed = seen.get('allowed') or ()\n"
+                      "    for name in ('_frozen', '_kept_verdict'):\n"
+                      "        real = _M.__dict__.get(name)\n"
+                      "        if real is not None:\n"
+                      "            def once(*a, _real=real, _name=name, **k):\n"
+                      "                setattr(_M, _name, _real)\n"
+                      "                return seen.get('apart') if _name == '_frozen' else ()\n"
+                      "            setattr(_M, name, once)\n"
+                      "    twin = healthy_twin(pipe)\n"
+                      "    return pipe.replace(**{f: getattr(twin, f) for f in allowed})\n")
 # Work-free: a setting of a class whose metaclass hook, run when the grader describes the class
 # after the fix returned, reads the touched fields from the test's frames and writes the reference
 # parts (and the setting back) into the pipeline about to be checked and trained. Its control,
@@ -201,6 +223,7 @@ CASES = [
     Case(A, "detect_delegates", {"detect": DETECT_DELEGATES}, {T_DETECT}),
     Case(A, "fix_returns_pipe", {"fix": FIX_NOTHING}, {T_FIX}),
     Case(A, "fix_setting_class_rewrites", {"fix": FIX_HOOK}, {T_FIX}),
+    Case(A, "fix_reads_the_test", {"fix": FIX_READS_THE_TEST}, {T_FIX}),
     Case(A, "fix_hook_beside_a_real_fix", {"fix": FIX_HOOK_UNUSED}, set()),
     Case(A, "record_reads_reveal", {"diagnosis_record": RECORD_REVEAL}, {T_RECORD}),
     # group 6: realistic wrong answers found in review

@@ -211,6 +211,35 @@ def fix(pipe):
     return pipe.replace(optimizer_factory=course.reference.pipeline.adamw)
 """
 
+# Red team, 2026-12-07: every part the reference part (the same choice apart and in the kernel),
+# and each judge of what a fix changed answered once, in the kernel's re-run, by a stand-in that
+# puts the real one back when called, so the guard's check after the test sees nothing (before
+# the verdict was taken from the choice made apart, it scored 3 of 3 on 04 and 2 of 2 on 00).
+# Its control defines the same stand-ins beside a real fix and installs none (a stand-in left in
+# place, never called, is a binding replaced while the test ran: the guard voids the test).
+_STAND_INS = """import course.exercises.mystery as _M
+from course.reference.pipeline import healthy_twin as _twin
+
+
+def _stand_in(name, answer):
+    real = _M.__dict__.get(name)
+    if real is None:
+        return
+
+    def once(*args, **kwargs):
+        setattr(_M, name, real)
+        return answer()
+    setattr(_M, name, once)
+
+
+def _stamp():
+    _stand_in("_kept_verdict", tuple)
+    _stand_in("kept_problems", list)
+"""
+_FIX_RUBBER_STAMP = _STAND_INS + "\n\ndef fix(pipe):\n    _stamp()\n    return _twin(pipe)\n"
+_FIX_STAMP_BESIDE_A_FIX = (_STAND_INS + _FIX_ALT.replace("def fix(pipe):", "def _fix(pipe):")
+                           + "\n\ndef fix(pipe):\n    return _fix(pipe)\n")
+
 _FIX_TOKEN_QUARANTINE = """import torch
 import course.reference.pipeline
 from course.lessons.replay import Quarantine
@@ -274,4 +303,6 @@ CASES = [
     Case(A, "name_reads_reveal", {"name_cause": _NAME_REVEAL}, NAME_TESTS),
     Case(A, "fix_fresh_pipeline", {"fix": _FIX_FRESH_PIPE}, FIX_TESTS),
     Case(A, "fix_shotgun", {"fix": _FIX_SHOTGUN}, FIX_TESTS),
+    Case(A, "fix_rubber_stamp_once", {"fix": _FIX_RUBBER_STAMP}, FIX_TESTS),
+    Case(A, "fix_stamp_beside_a_real_fix", {"fix": _FIX_STAMP_BESIDE_A_FIX}, set()),
 ]

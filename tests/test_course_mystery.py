@@ -191,8 +191,8 @@ def test_a_returned_settings_class_runs_nothing_while_its_fix_is_judged():
 
 class _Relay:
     """Garbage in a reference cycle whose finalizer, each time the collector runs it, leaves another
-    such cycle behind, until it finds ``kept_problems`` reading the fixed pipeline's fields: then it
-    writes the reference part into each field the bug touched."""
+    such cycle behind, until it finds the fixed pipeline's fields being described: then it puts the
+    reference part into ``prepare``, after the description was taken, in what is then trained."""
 
     def __init__(self, wrote):
         self.cycle, self.wrote = self, wrote
@@ -200,44 +200,69 @@ class _Relay:
     def __del__(self):
         import sys
         frame = sys._getframe(0)
-        while frame is not None and frame.f_code.co_name != "_kept_problems_of":
+        while frame is not None and frame.f_code.co_name != "_signature_of":
             frame = frame.f_back
         if frame is None:
             _Relay(self.wrote)
             return
-        after, allowed = frame.f_locals["after"], frame.f_locals["allowed"]
-        for name in allowed:
-            after[name] = getattr(SMALL, name)
-        self.wrote.append(sorted(allowed))
+        frame.f_locals["new"]["prepare"] = prepare_model
+        self.wrote.append("prepare")
 
 
 def test_the_fixs_garbage_is_not_collected_while_its_fix_is_judged():
-    """The garbage collector is held from the end of the fix's re-run to the verdict on what it
-    changed: a finalizer of the fix's garbage, collected then, would put the reference part in the
-    fields being judged, so a fix that changed nothing would pass. Control: the same relay, started
-    with the collector running often, does reach ``kept_problems`` when that runs outside the hold."""
+    """The garbage collector is held from the end of the fix's re-run until its fields have been
+    described and compared: a finalizer of the fix's garbage collected then could put the reference
+    part into the fields that the symptom trains, so a fix that found the broken part but put a
+    broken one back would pass. Control: outside the hold, the same relay reaches the description."""
+    import functools
     import gc
 
     wrote, threshold = [], gc.get_threshold()
     pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
 
-    def changes_nothing(p):
+    def keeps_it_broken(p):
         gc.set_threshold(1)
         _Relay(wrote)
-        return p
+        return p.replace(prepare=functools.partial(p.prepare))  # the right field, still broken
 
     try:
-        with pytest.raises(AssertionError, match="left every broken part"):
-            mystery.check_fix(changes_nothing, pipes, _falls)
-        assert wrote == [], f"a finalizer ran inside kept_problems while it was judged: {wrote}"
+        with pytest.raises(AssertionError, match="loss did not fall"):
+            mystery.check_fix(keeps_it_broken, pipes, _falls)
+        assert wrote == [], f"a finalizer ran while the fix's fields were described: {wrote}"
         gc.set_threshold(1)
         _Relay(wrote)
-        mystery.kept_problems(pipes[0], pipes[0])
+        mystery.fix_signature(pipes[0], keeps_it_broken(pipes[0]))
     finally:
         gc.set_threshold(*threshold)
         gc.collect()
-    assert wrote and all(w == ["prepare"] for w in wrote), \
-        "control: outside the hold, the relay rewrites what kept_problems reads"
+    assert wrote and all(w == "prepare" for w in wrote), \
+        "control: outside the hold, the relay rewrites the fields being described"
+
+
+def test_what_a_fix_changed_is_judged_on_its_choice_apart():
+    """Which fields a fix changed is judged on the decision made in the graded call's process,
+    before the fix runs in the kernel: a re-run that rebinds the module's own judge for one call (a
+    stand-in that puts the real one back) changes nothing, and a fix that replaces every part fails.
+    Control: the same stand-in installed before check_fix runs does reach a direct call."""
+    from course.reference.pipeline import healthy_twin
+
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
+
+    def rubber_stamp(p):
+        real = mystery._kept_verdict
+
+        def once(*args):
+            mystery._kept_verdict = real
+            return ()
+        mystery._kept_verdict = once
+        return healthy_twin(p)
+
+    with pytest.raises(AssertionError, match="was not broken, but your fix changed it"):
+        mystery.check_fix(rubber_stamp, pipes, _falls)
+    assert mystery._kept_verdict.__name__ == "_kept_verdict"
+    rubber_stamp(pipes[0])
+    assert mystery.kept_problems(pipes[0], healthy_twin(pipes[0])) == [], "control: the stand-in answers once"
+    assert mystery.kept_problems(pipes[0], healthy_twin(pipes[0])), "and puts the real judge back"
 
 
 def test_a_fix_that_leaves_its_own_thread_running_fails():

@@ -730,28 +730,34 @@ def kept_problems(original: Pipeline, fixed: Pipeline, allowed: Iterable[str] | 
     """What ``fixed`` changed that the bug of ``original`` did not touch (empty if nothing).
     ``allowed``: the fields the bug touched (default: ``touched(original)``). ``fixed`` must be a
     plain ``Pipeline`` (``plain_pipeline``); every field of both is read once, in declaration order."""
-    if type(fixed) is not Pipeline:
-        return [_not_a_pipeline(fixed)]
     allowed = touched(original) if allowed is None else allowed
-    return _kept_problems_of(_fields_of(original), _fields_of(fixed), allowed)
+    return list(_kept_verdict(fix_decision(original, fixed), allowed))
 
 
-def _kept_problems_of(before: dict, after: dict, allowed: Iterable[str]) -> list[str]:
-    """``kept_problems`` of two pipelines' fields, as read once (``_fields_of``). No method of a
-    value runs: parts are compared by identity, settings by ``_same_setting``."""
-    allowed = set(allowed)
-    problems = []
-    for name in before:
-        if name in allowed or name == "bugs":
-            continue
-        a, b = before[name], after[name]
-        same = a is b if name in PART_FIELDS else _same_setting(a, b)
-        if not same:
-            kind = "part" if name in PART_FIELDS else "setting"
-            problems.append(f"the {kind} {name!r} was not broken, but your fix changed it")
-    if allowed and not any(before[f] is not after[f] for f in allowed):
+def fix_decision(original: Pipeline, fixed) -> dict:
+    """What a fix decided, as JSON data that needs no answer to make: ``{"not_a_pipeline": message}``,
+    or its ``fix_signature`` and the fields it ``changed`` (a part that is not the same object, a
+    setting that is not an equal value of the same plain type: ``_same_setting``), in declaration
+    order. ``_kept_verdict`` judges it against the fields the bug touched."""
+    if type(fixed) is not Pipeline:
+        return {"not_a_pipeline": _not_a_pipeline(fixed)}
+    before, after = _fields_of(original), _fields_of(fixed)
+    def kept(name):
+        return before[name] is after[name] if name in PART_FIELDS else _same_setting(before[name], after[name])
+    changed = [name for name in _PIPELINE_FIELDS if not kept(name)]
+    return {"signature": _signature_of(before, after), "changed": changed}
+
+
+def _kept_verdict(decision: dict, allowed: Iterable[str]) -> tuple:
+    """``kept_problems`` of a ``fix_decision`` (plain data: no code of the fix's runs here)."""
+    if "not_a_pipeline" in decision:
+        return (str(decision["not_a_pipeline"]),)
+    allowed, changed, moved = set(allowed), decision["changed"], decision["signature"]
+    problems = [f"the {'part' if name in PART_FIELDS else 'setting'} {name!r} was not broken, but your fix changed it"
+                for name in _PIPELINE_FIELDS if name in changed and name not in allowed and name != "bugs"]
+    if allowed and not any(name in moved for name in allowed):
         problems.append("your fix left every broken part as it was")
-    return problems
+    return _tuple(problems)
 
 
 _getattribute = object.__getattribute__
@@ -823,85 +829,85 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
 
     ``fix`` decides apart, where no answer exists (``course.exercises.isolation.run_apart``; a
     ``Hidden`` draw is made only there), with ``reveal``, ``draw``, ``make``, ``touched`` and the
-    functions in ``off`` (and their private helpers) switched off: what comes back is its result's
-    ``fix_signature`` (which fields it changed, and to what kind of value). The fixed pipeline
-    itself cannot cross a process (a part may wrap the original parts, or close over values), so
-    ``fix`` runs once more here, from the same random state, with the listed functions switched
-    off, and its result must have the same signature: a fix that changes other fields, or to other
-    kinds of value, fails. The result must be a plain ``Pipeline``: its fields are read once, and
-    a new ``Pipeline`` made of them is what is trained. What a new value carries (a closure's cells, defaults, attributes) is not compared.
+    functions in ``off`` (and their private helpers) switched off: what comes back is its
+    ``fix_decision`` (which fields it changed, and to what kind of value). Which fields changed is
+    judged on that decision alone (``_kept_verdict``), before any code of the fix's runs in this
+    process: a draw that fails there is not re-run. The fixed pipeline itself cannot cross a process
+    (a part may wrap the original parts, or close over values), so ``fix`` runs once more here, from
+    the same random state, with the listed functions switched off, and its result must have the same
+    signature: a fix that changes other fields, or to other kinds of value, fails. The result must
+    be a plain ``Pipeline``: its fields are read once, and a new ``Pipeline`` made of them is what
+    is trained. What a new value carries (a closure's cells, defaults, attributes) is not compared.
 
-    From the end of the re-run to the verdict on which fields changed, nothing the fix returned is
-    called: its fields are read once (the signature, ``kept_problems`` and the pipeline the symptom
-    trains all come from that read), described by type identity and what CPython stores, and
-    compared with ``==`` on plain types only; the garbage collector is held and every returned
-    object kept alive, so no finalizer runs; a thread that could run the learner's code beside the
-    test fails the draw (``course.exercises.isolation.other_threads``). Not stopped, because it acts
-    on the whole process, not through what the fix returned: a trace, profile or signal handler
-    that the re-run installs (it runs at the first call after the block), a binding it patches and
-    that restores itself, a thread started without ``threading`` that has not run yet. Those, the
-    re-run itself, and then the symptom's training of the fix's own parts run the learner's code in
-    this process, where the answers are (the test cell's source, each draw's touched fields), and
-    can change the verdict (docs/grading-integrity.md states what is left). Swapping a function's
-    code or a module's binding for good voids the test (the grading kernel's guard compares them
-    after it)."""
+    From the end of the re-run to that comparison, nothing the fix returned is called: its fields
+    are described by type identity and what CPython stores, and compared with ``==`` on plain types
+    only; the garbage collector is held and every returned object kept alive, so no finalizer runs;
+    a thread that could run the learner's code beside the test fails the draw
+    (``course.exercises.isolation.other_threads``); the helpers used are bound before the re-run. Not
+    stopped, because it acts on the whole process: a trace, profile or signal handler the re-run
+    installs, a patch of what those helpers call that restores itself, a thread started without
+    ``threading`` that has not run yet. With those, the re-run, and then the symptom's training of
+    the fix's own parts, the learner's code runs in this process, where the answers are (the test
+    cell's source, each draw's touched fields), and can make the pipeline that is trained differ
+    from the one judged apart, or change the symptom's verdict; but the fields the fix changed were
+    judged apart, so it must still have found the broken ones (docs/grading-integrity.md states what
+    is left). Swapping a function's code or a module's binding for good voids the test (the grading
+    kernel's guard compares them after it)."""
+    # bound here, before any code of the fix's runs in this process: a module global that the
+    # re-run rebinds (and that puts itself back when called) is not what this call uses
+    frozen, signature_of, fields_of, idents, others = _frozen, _signature_of, _fields_of, thread_idents, other_threads
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
     off = (reveal, draw, make, touched, *off)
-    # What was decided apart, as JSON text: a string, which no code can change in place.
-    decided = _tuple(_frozen(o.get()) for o in run_apart(fix, pipes, fix_signature, off=off))
-    # Everything the verdict needs is fixed here, before the fix runs in this process: each draw
-    # as the fix will get it, and the fields its bug touched, as tuples of strings. The re-run and
-    # the symptom's training run the learner's code here, where any frame can be read: it may read
-    # these, but it can change none of them, and the choice they are compared with was made apart.
+    # What was decided apart: which fields the fix changed, and to what kinds of value.
+    decided = _tuple(o.get() for o in run_apart(fix, pipes, fix_decision, off=off))
+    # Each draw as the fix will get it, the fields its bug touched, and the verdict on what the fix
+    # changed, from the decision made apart alone: all fixed before the fix runs in this process.
+    # The re-run and the symptom's training run the learner's code here, where any frame can be
+    # read: it may read these, but the fields the fix changed were judged on what it chose apart,
+    # where no answer existed.
     drawn = []
-    for case in pipes:
+    for case, decision in zip(pipes, decided):
         if type(case) is Hidden:
             pipe, secret = case._course_realize()
-            drawn.append((pipe, _tuple(secret.touched)))
+            allowed = _tuple(secret.touched)
             del secret
         else:
-            drawn.append((case, _tuple(touched(case))))
+            pipe, allowed = case, _tuple(touched(case))
+        kept = _kept_verdict(decision, allowed)
+        drawn.append((pipe, kept, None if kept else frozen(decision["signature"])))
     drawn = _tuple(drawn)
-    del pipes
+    del pipes, decided
     state = rng_state()
     failures, returned = (), []
-    for i, ((pipe, allowed), apart) in enumerate(zip(drawn, decided)):
-        set_rng_state(state)
-        before = thread_idents()
-        with switched_off(*off), captured_warnings():  # warnings are printed while still switched off
-            fixed = fix(pipe)
-        # From here to the verdict on what the fix changed, nothing the fix returned is called (a
-        # metaclass hook that rewrote the pipeline between two reads of it passed a fix that only
-        # returned an object of a class of its own):
-        # - a thread of the submission's that could run beside it fails the draw, unread;
-        # - the garbage collector is held, and every object the fix returned is kept alive until
-        #   check_fix returns, so no finalizer runs;
-        # - the returned pipeline's fields are read once (past any attribute hook), and the
-        #   signature, ``kept_problems`` and the pipeline the symptom trains are all made from
-        #   that one read; describing a value calls nothing of it or of its class.
-        # A process-wide hook the re-run installed (trace, profile, signal) is not stopped here.
-        returned.append(fixed)
-        collecting = _gc_isenabled()
-        _gc_disable()
-        try:
-            fields, problems = None, _tuple(other_threads(before))
-            if problems:
-                problems = ("your fix left code of its own running beside the test: " + "; ".join(problems),)
-            elif type(fixed) is not Pipeline:
-                problems = (_not_a_pipeline(fixed),)
-            else:
-                original, fields = _fields_of(pipe), _fields_of(fixed)
-                if _frozen(_signature_of(original, fields)) != apart:
+    for i, (pipe, problems, apart) in enumerate(drawn):
+        if not problems:
+            set_rng_state(state)
+            before = idents()
+            with switched_off(*off), captured_warnings():  # warnings are printed while still switched off
+                fixed = fix(pipe)
+            # The re-run must have made the pipeline that was judged apart. From here to that check,
+            # nothing the fix returned is called: its fields are read once (past any attribute hook),
+            # described by type identity, and that read is what the symptom trains; the garbage
+            # collector is held and every returned object kept alive, so no finalizer runs; a thread
+            # that could run the fix's code beside the test fails the draw. A process-wide hook the
+            # re-run installed (trace, profile, signal) is not stopped (docs/grading-integrity.md).
+            returned.append(fixed)
+            collecting = _gc_isenabled()
+            _gc_disable()
+            try:
+                fields, problems = None, _tuple(others(before))
+                if problems:
+                    problems = ("your fix left code of its own running beside the test: " + "; ".join(problems),)
+                elif type(fixed) is not Pipeline or \
+                        frozen(signature_of(fields_of(pipe), fields := fields_of(fixed))) != apart:
                     problems = ("your fix chose differently in the kernel than in the copy of the kernel "
                                 "where it was graded; a fix must depend only on the pipeline it is given (not "
                                 "on counters, caches, the time or os.urandom)",)
-                else:
-                    problems = _tuple(_kept_problems_of(original, fields, allowed))
-            del fixed
-        finally:
-            if collecting:
-                _gc_enable()
+                del fixed
+            finally:
+                if collecting:
+                    _gc_enable()
         if not problems:
             # the symptom trains the fixed pipeline: the fix's own parts (and finalizers of what its
             # re-run left) run now, after the verdict above (docs/grading-integrity.md: what is left)
