@@ -113,10 +113,12 @@ FIX_SHOTGUN = ("from course.reference.pipeline import prepare_model, build_optim
                "    return pipe.replace(prepare=prepare_model, make_optimizer=build_optimizer,\n"
                "                        optimizer_factory=adamw, update=apply_update)\n")
 FIX_NOTHING = "def fix(pipe):\n    return pipe\n"
-# Red team, 2026-12-07: no test of the pipeline. In the graded call's process no frame can be
-# read, so the pipeline comes back unchanged; in the kernel's re-run the test's frame says which
-# fields the bug touched, and a stand-in that puts itself back when called made the two choices
-# look the same (2 of 2 before the verdict was taken from the choice made apart).
+# Red team, 2026-12-07: no test of the pipeline. In the graded call's process no frame holds the
+# touched fields, so the pipeline comes back unchanged; in the kernel's re-run the test's frame
+# says which fields the bug touched, and a stand-in that puts itself back when called made the two
+# choices look the same (2 of 2 before the verdict was taken from the choice made apart). Now the
+# broken draws fail on the choice made apart; the healthy draw, re-run, leaves its stand-ins
+# installed and uncalled, which the guard reports as a binding replaced (the test is void).
 FIX_READS_THE_TEST = ("import sys\n"
                       "import course.exercises.mystery as _M\n"
                       "from course.reference.pipeline import healthy_twin\n\n"
@@ -137,8 +139,11 @@ FIX_READS_THE_TEST = ("import sys\n"
                       "    return pipe.replace(**{f: getattr(twin, f) for f in allowed})\n")
 # Work-free: a setting of a class whose metaclass hook, run when the grader describes the class
 # after the fix returned, reads the touched fields from the test's frames and writes the reference
-# parts (and the setting back) into the pipeline about to be checked and trained. Its control,
-# FIX_HOOK_UNUSED, is the same hook beside the solution's fix, its class never returned.
+# parts (and the setting back) into the pipeline about to be checked and trained (2 of 2 through
+# nbgrader before check_fix changed). It now fails on the choice made apart (a setting that is not
+# broken changed), before any re-run; tests/test_course_mystery.py pins that such a hook does not
+# run in the re-run's check either. Its control, FIX_HOOK_UNUSED, is the same hook beside the
+# solution's fix, its class never returned.
 _FIX_HOOK = ("import sys\n"
              "import course\n\n"
              "class _Rewrites(type):\n"
@@ -152,7 +157,8 @@ _FIX_HOOK = ("import sys\n"
              "                    seen, reference = f.f_locals, course.Pipeline()\n"
              "                    object.__setattr__(seen['fixed'], 'lr', seen['pipe'].lr)\n"
              "                    for field in seen['allowed']:\n"
-             "                        object.__setattr__(seen['fixed'], field, object.__getattribute__(reference, field))\n"
+             "                        part = object.__getattribute__(reference, field)\n"
+             "                        object.__setattr__(seen['fixed'], field, part)\n"
              "            except Exception:\n"
              "                pass\n"
              "        return type.__getattribute__(cls, name)\n\n"

@@ -733,6 +733,10 @@ def test_a_stream_planted_before_the_test_cannot_rewrite_a_graded_answer(draws, 
 
 
 def test_a_fix_whose_kernel_rerun_reads_the_answer_cannot_rewrite_the_choice_made_apart(draws):
+    """Apart, where frames are refused, the fix changes nothing; in the kernel's re-run it could read
+    check_fix's frame. What it changed is judged on its choice apart before any re-run: the broken
+    draw fails unreached. Control: a healthy draw, where changing nothing is right, is re-run, and
+    there the fix does reach check_fix's frame."""
     reached = []
 
     def zero_work(pipe):
@@ -742,25 +746,14 @@ def test_a_fix_whose_kernel_rerun_reads_the_answer_cannot_rewrite_the_choice_mad
                 f = f.f_back
         except Sealed:  # apart, where frames are refused: nothing done
             return pipe
-        if f is None:
-            return pipe
-        here = f.f_locals
-        reached.append(sorted(here))
-        if "drawn" in here:
-            fields = next(allowed for p, allowed in here["drawn"] if p is pipe)
-        else:  # before run 6 the re-run saw the registry's copy, kept to put back after it
-            fields = here["hidden"][id(pipe)][1].touched
-        fixed = pipe.replace(**{name: getattr(Pipeline(), name) for name in fields})
-        if isinstance(here.get("apart"), dict):  # the red team's rewrite of the choice made apart
-            here["apart"].clear()
-            here["apart"].update(mystery.fix_signature(pipe, fixed))
-        return fixed
+        if f is not None:
+            reached.append(sorted(f.f_locals))
+        return pipe
     with pytest.raises(AssertionError, match="left every broken part as it was"):
         mystery.check_fix(zero_work, [draws["broken"]], lambda fixed: None)
-    assert reached == [], "what it changed apart (nothing) fails the draw before any re-run"
-    zero_work(draws["broken"])  # control: called from a frame of no check_fix, it does nothing
-    assert reached == []
-
+    assert reached == [], "the choice made apart (nothing) failed the draw before any re-run"
+    mystery.check_fix(zero_work, [draws["healthy"]], lambda fixed: None)
+    assert reached and "drawn" in reached[0], "control: the re-run of a draw that passed reads check_fix's frame"
 
 
 def test_a_copy_of_a_switched_off_function_made_apart_is_refused():

@@ -138,9 +138,10 @@ def test_check_fix_switches_off_the_answer():
 
 
 class _Rewrites(type):
-    """A metaclass whose hook, run when the class is described, puts the reference part into every
-    field the bug touched (read from the grading frame) and the setting back: a fix that diagnosed
-    nothing would pass if anything read the pipeline again after the hook ran."""
+    """A metaclass whose hook, run on any read of the class's attributes, records it and puts the
+    reference part into each field the bug touched wherever the grader holds the fixed pipeline's
+    fields: if it ran while a fix is judged, what is trained would not be what was judged."""
+    calls: list = []
 
     def __eq__(cls, other):  # ``kind in (...)`` would call it
         type(cls).calls.append("__eq__")
@@ -149,44 +150,36 @@ class _Rewrites(type):
     __hash__ = type.__hash__
 
     def __getattribute__(cls, name):
-        if name == "__dataclass_fields__":
-            import sys
-            frame = sys._getframe(0)
-            while frame is not None and not {"allowed", "pipe"} <= set(frame.f_locals):
-                frame = frame.f_back
-            if frame is not None:
-                local = frame.f_locals
-                for held in ("fixed", "fields"):
-                    target = local.get(held)
-                    if isinstance(target, dict):
-                        target.update(lr=local["pipe"].lr, **{f: getattr(SMALL, f) for f in local["allowed"]})
-                    elif target is not None:
-                        object.__setattr__(target, "lr", local["pipe"].lr)
-                        for f in local["allowed"]:
-                            object.__setattr__(target, f, getattr(SMALL, f))
-            type(cls).calls.append(name)
+        import sys
+        frame = sys._getframe(0)
+        while frame is not None and not {"fields", "pipe"} <= set(frame.f_locals):
+            frame = frame.f_back
+        if frame is not None and isinstance(frame.f_locals["fields"], dict):
+            frame.f_locals["fields"]["prepare"] = prepare_model
+        type(cls).calls.append(name)
         return type.__getattribute__(cls, name)
 
 
-def test_a_returned_settings_class_runs_nothing_while_its_fix_is_judged():
-    """The signature, kept_problems and the trained pipeline come from one read of the fix's
-    fields, and describing a setting compares types by identity: a metaclass hook on a returned
-    setting never runs, so it cannot put the reference part in after the signature was taken.
-    Control: the same hook does run when the class is described by ordinary attribute reads."""
-    _Rewrites.calls = []
-
+def test_a_returned_objects_class_runs_nothing_while_its_fix_is_judged():
+    """Between the kernel's re-run of a fix and the comparison with the choice made apart, what the
+    fix returned is described by type identity and what CPython stores: a metaclass hook of a part
+    it returned, or of the object a builtin method it returned is bound to (whose ``__qualname__``
+    reads that class's), never runs there, so it cannot put the reference part into what is then
+    trained. Settings are described the same way. Control: the hook runs on an ordinary read."""
     class Setting(metaclass=_Rewrites):
         pass
 
-    hasattr(Setting, "__dataclass_fields__")
-    assert _Rewrites.calls, "control: the hook runs on an ordinary attribute read"
     _Rewrites.calls.clear()
-    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t"), mystery.make("healthy", 1, SMALL)]
-    with pytest.raises(AssertionError, match="the setting 'lr' was not broken"):
-        mystery.check_fix(lambda p: p.replace(lr=Setting()), pipes, _falls)
-    assert _Rewrites.calls == [], f"a hook of the returned class ran while it was judged: {_Rewrites.calls}"
+    hasattr(Setting, "__dataclass_fields__")
+    Setting().__sizeof__.__qualname__
+    assert _Rewrites.calls == ["__dataclass_fields__", "__qualname__"], "control: the hook runs on ordinary reads"
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
+    for returned in (Setting(), Setting().__sizeof__):  # the right field: judged, re-run, compared
+        _Rewrites.calls.clear()
+        with pytest.raises(AssertionError, match="reached the symptom"):
+            mystery.check_fix(lambda p: p.replace(prepare=returned), pipes, lambda fixed: "reached the symptom")
+        assert _Rewrites.calls == [], f"a hook of the returned object's class ran while judged: {_Rewrites.calls}"
     assert mystery._plain_repr(Setting())["object"][1].endswith("Setting") and not _Rewrites.calls
-    assert not mystery._same_setting(Setting(), Setting()) and not _Rewrites.calls
 
 
 class _Relay:

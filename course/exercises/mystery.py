@@ -37,7 +37,6 @@ import dataclasses
 import functools
 import gc
 import hashlib
-import json
 import marshal
 import math
 import random
@@ -63,7 +62,7 @@ from ..toolkit.guards import SwitchedOff
 from .grading import captured_warnings, switched_off
 from .isolation import Sealed, other_threads, plain_str, rng_state, run_apart, set_rng_state, thread_idents
 
-_dumps, _tuple = json.dumps, tuple
+_tuple = tuple
 
 HEALTHY = "healthy"
 PART_FIELDS = PARTS  # every field of Pipeline declared with course.reference.pipeline.part
@@ -730,31 +729,39 @@ def kept_problems(original: Pipeline, fixed: Pipeline, allowed: Iterable[str] | 
     """What ``fixed`` changed that the bug of ``original`` did not touch (empty if nothing).
     ``allowed``: the fields the bug touched (default: ``touched(original)``). ``fixed`` must be a
     plain ``Pipeline`` (``plain_pipeline``); every field of both is read once, in declaration order."""
-    allowed = touched(original) if allowed is None else allowed
-    return list(_kept_verdict(fix_decision(original, fixed), allowed))
+    decision = fix_decision(original, fixed)
+    if allowed is None:
+        allowed = touched(original) if "signature" in decision else ()
+    return list(_kept_verdict(decision, allowed, _settings_of(original)))
 
 
 def fix_decision(original: Pipeline, fixed) -> dict:
     """What a fix decided, as JSON data that needs no answer to make: ``{"not_a_pipeline": message}``,
-    or its ``fix_signature`` and the fields it ``changed`` (a part that is not the same object, a
-    setting that is not an equal value of the same plain type: ``_same_setting``), in declaration
-    order. ``_kept_verdict`` judges it against the fields the bug touched."""
+    or ``{"signature": ...}``, its ``fix_signature`` (each field that is not the same object as the
+    original's, and what it now holds). ``_kept_verdict`` judges it against the fields the bug
+    touched, with nothing else of the fix's: a part changed when it is in the signature, a setting
+    when its description differs from the original's (``_settings_of``)."""
     if type(fixed) is not Pipeline:
         return {"not_a_pipeline": _not_a_pipeline(fixed)}
-    before, after = _fields_of(original), _fields_of(fixed)
-    def kept(name):
-        return before[name] is after[name] if name in PART_FIELDS else _same_setting(before[name], after[name])
-    changed = [name for name in _PIPELINE_FIELDS if not kept(name)]
-    return {"signature": _signature_of(before, after), "changed": changed}
+    return {"signature": _signature_of(_fields_of(original), _fields_of(fixed))}
 
 
-def _kept_verdict(decision: dict, allowed: Iterable[str]) -> tuple:
-    """``kept_problems`` of a ``fix_decision`` (plain data: no code of the fix's runs here)."""
+def _settings_of(pipe: Pipeline) -> dict:
+    """Each setting of a drawn pipeline as ``fix_signature`` describes a setting (``_plain_repr``)."""
+    return {name: _plain_repr(value) for name, value in _fields_of(pipe).items() if name not in PART_FIELDS}
+
+
+def _kept_verdict(decision: dict, allowed: Iterable[str], settings: dict) -> tuple:
+    """``kept_problems`` of a ``fix_decision`` (plain data: no code of the fix's runs here), for a
+    draw whose bug touched ``allowed`` and whose settings read ``settings`` (``_settings_of``). A
+    setting set to an equal value of the same plain type reads the same, so it is kept."""
     if "not_a_pipeline" in decision:
         return (str(decision["not_a_pipeline"]),)
-    allowed, changed, moved = set(allowed), decision["changed"], decision["signature"]
+    allowed, moved = set(allowed), decision["signature"]
+    changed = [name for name in _PIPELINE_FIELDS if name in moved and
+               (name in PART_FIELDS or moved[name] != {"setting": settings[name]})]
     problems = [f"the {'part' if name in PART_FIELDS else 'setting'} {name!r} was not broken, but your fix changed it"
-                for name in _PIPELINE_FIELDS if name in changed and name not in allowed and name != "bugs"]
+                for name in changed if name not in allowed and name != "bugs"]
     if allowed and not any(name in moved for name in allowed):
         problems.append("your fix left every broken part as it was")
     return _tuple(problems)
@@ -783,23 +790,6 @@ def _one_of(kind: type, kinds: tuple) -> bool:
     for k in kinds:
         if kind is k:
             return True
-    return False
-
-
-def _same_setting(a, b) -> bool:
-    """A setting kept: the same object, or an equal value of the very same plain type (a float, an
-    int, a string, a ``ModelConfig`` of plain values), so a returned object's own ``__eq__`` never runs."""
-    if a is b:
-        return True
-    kind = type(a)
-    if kind is not type(b):
-        return False
-    if _one_of(kind, _PLAIN_TYPES):
-        return a == b
-    if kind is tuple:
-        return len(a) == len(b) and all(_same_setting(x, y) for x, y in zip(a, b))
-    if _one_of(kind, _SETTING_RECORDS):
-        return all(_same_setting(_getattribute(a, name), _getattribute(b, name)) for name in _RECORD_FIELDS[id(kind)])
     return False
 
 
@@ -849,13 +839,15 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
     ``threading`` that has not run yet. With those, the re-run, and then the symptom's training of
     the fix's own parts, the learner's code runs in this process, where the answers are (the test
     cell's source, each draw's touched fields), and can make the pipeline that is trained differ
-    from the one judged apart, or change the symptom's verdict; but the fields the fix changed were
-    judged apart, so it must still have found the broken ones (docs/grading-integrity.md states what
-    is left). Swapping a function's code or a module's binding for good voids the test (the grading
-    kernel's guard compares them after it)."""
+    from the one judged apart, or change the symptom's verdict (on Python 3.11 a trace function can
+    even rewrite this function's variables); short of that, the fields the fix changed were judged
+    apart, so it must have found the broken ones (docs/grading-integrity.md states what is left).
+    Swapping a function's code or a module's binding for good voids the test (the grading kernel's
+    guard compares them after it)."""
     # bound here, before any code of the fix's runs in this process: a module global that the
     # re-run rebinds (and that puts itself back when called) is not what this call uses
     frozen, signature_of, fields_of, idents, others = _frozen, _signature_of, _fields_of, thread_idents, other_threads
+    held, hold, release, as_tuple = _gc_isenabled, _gc_disable, _gc_enable, _tuple
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
     off = (reveal, draw, make, touched, *off)
@@ -874,7 +866,7 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
             del secret
         else:
             pipe, allowed = case, _tuple(touched(case))
-        kept = _kept_verdict(decision, allowed)
+        kept = _kept_verdict(decision, allowed, _settings_of(pipe))
         drawn.append((pipe, kept, None if kept else frozen(decision["signature"])))
     drawn = _tuple(drawn)
     del pipes, decided
@@ -893,10 +885,10 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
             # that could run the fix's code beside the test fails the draw. A process-wide hook the
             # re-run installed (trace, profile, signal) is not stopped (docs/grading-integrity.md).
             returned.append(fixed)
-            collecting = _gc_isenabled()
-            _gc_disable()
+            collecting = held()
+            hold()
             try:
-                fields, problems = None, _tuple(others(before))
+                fields, problems = None, as_tuple(others(before))
                 if problems:
                     problems = ("your fix left code of its own running beside the test: " + "; ".join(problems),)
                 elif type(fixed) is not Pipeline or \
@@ -907,7 +899,7 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
                 del fixed
             finally:
                 if collecting:
-                    _gc_enable()
+                    release()
         if not problems:
             # the symptom trains the fixed pipeline: the fix's own parts (and finalizers of what its
             # re-run left) run now, after the verdict above (docs/grading-integrity.md: what is left)
@@ -959,8 +951,7 @@ def _signature_of(old: dict, new: dict) -> dict:
 
 _type_dict = type.__dict__
 _class_module, _class_qualname = _type_dict["__module__"].__get__, _type_dict["__qualname__"].__get__
-_class_name, _class_mro, _class_vars = _type_dict["__name__"].__get__, _type_dict["__mro__"].__get__, \
-    _type_dict["__dict__"].__get__
+_class_name, _class_mro = _type_dict["__name__"].__get__, _type_dict["__mro__"].__get__
 
 
 def _type_name(kind: type) -> str:
@@ -995,11 +986,12 @@ def _describe(value) -> dict:
     if value is None:
         return {"none": True}
     kind = type(value)
-    if kind is types.FunctionType or kind is types.BuiltinFunctionType:
+    if kind is types.FunctionType:
         where = [plain_str(value.__module__), plain_str(value.__qualname__)]
-        if kind is types.FunctionType:
-            return {"function": where, "code": _sha256(_marshal_dumps(value.__code__)).hexdigest()}
-        return {"builtin": where}
+        return {"function": where, "code": _sha256(_marshal_dumps(value.__code__)).hexdigest()}
+    if kind is types.BuiltinFunctionType:  # its __qualname__ would read its object's class's, hooks and all
+        return {"builtin": [plain_str(value.__module__), plain_str(value.__name__)],
+                "of": _class_id(type(value.__self__))}
     if kind is type:
         return {"class": _class_id(value)}
     return {"object": _class_id(kind)}
