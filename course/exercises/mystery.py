@@ -743,7 +743,7 @@ def fix_decision(original: Pipeline, fixed) -> dict:
     when its description differs from the original's (``_settings_of``)."""
     if type(fixed) is not Pipeline:
         return {"not_a_pipeline": _not_a_pipeline(fixed)}
-    return {"signature": _signature_of(_fields_of(original), _fields_of(fixed))}
+    return {"signature": fix_signature(original, fixed)}
 
 
 def _settings_of(pipe: Pipeline) -> dict:
@@ -929,8 +929,8 @@ def _frozen(data):
 def fix_signature(original: Pipeline, fixed) -> dict:
     """What a fix did to ``original``, as JSON data: for each field of ``fixed`` that is not the same
     object as ``original``'s, a description of its new value (a plain setting's repr, ``None``, a
-    function or class by module and name, a function made in the notebook by its name and code,
-    another object by its type). Equal signatures: the same fields changed to the same kinds of
+    function by module, name and a digest of its code, a builtin by name and the class it is bound
+    to, a class by module and name, another object by its type: ``_describe``). Equal signatures: the same fields changed to the same kinds of
     value. Nothing of the new values runs while they are described: only ``type()``, identity
     comparisons and the attributes of functions and classes that CPython stores (no ``__getattr__``,
     ``__repr__``, ``__eq__`` or metaclass of a returned object is called)."""
