@@ -84,6 +84,36 @@ def longest_first(counts: dict, record: dict | None = None) -> list:
     return sorted(counts, key=lambda a: -counts[a] * usable.get(a, default))
 
 
+def _stamp(text: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def where_the_time_went(nb: dict) -> dict:
+    """How one executed notebook (nbformat JSON, as nbclient leaves it: each code cell's
+    ``metadata.execution`` timestamps) spent its run: ``cells``, the seconds inside code cells
+    (request received to reply sent); ``between``, the rest of the span from the first cell's start
+    to the last cell's reply (in a graded run: the guard's control cells before and after each test,
+    and the grader's round trips); ``by_cell``, seconds per cell (its ``grade_id``, or ``cell <i>``).
+    A cell without both timestamps (not run, or a demo that grading skipped) counts nowhere. Kernel
+    start and everything nbgrader does outside the run are not in the notebook: a caller gets them
+    as its own wall time minus the span."""
+    cells, by_cell, first, last = 0.0, {}, None, None
+    for i, cell in enumerate(nb.get("cells", [])):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        if cell.get("cell_type") != "code" or "iopub.execute_input" not in stamps \
+                or "shell.execute_reply" not in stamps:
+            continue
+        began, ended = _stamp(stamps["iopub.execute_input"]), _stamp(stamps["shell.execute_reply"])
+        name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {i}"
+        by_cell[name] = by_cell.get(name, 0.0) + ended - began
+        cells += ended - began
+        first = began if first is None else min(first, began)
+        last = ended if last is None else max(last, ended)
+    span = last - first if first is not None else 0.0
+    return {"cells": cells, "between": max(span - cells, 0.0), "span": span, "by_cell": by_cell}
+
+
 def time_execution(assignment: str, workdir: Path) -> float:
     """Seconds to run the solution notebook top to bottom (kernel start included), or NaN after
     printing which cell ran past ``CELL_TIMEOUT_S``. The kernel gets no stdin (/dev/null): a bench

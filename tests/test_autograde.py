@@ -255,20 +255,48 @@ def graded(request, tmp_path_factory):
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and capture is not None and timings:
         with capture.global_and_fixture_disabled():  # what capsys.disabled() does: past the capture
-            for line in timing_table(timings, {a: len(p.submissions) for a, p in plans.items()}):
+            costs = {a: run_costs(run.result()) for a, run in runs.items()
+                     if a in timings and run.done() and run.exception() is None}
+            for line in timing_table(timings, {a: len(p.submissions) for a, p in plans.items()}, costs):
                 reporter.write_line(line)
 
 
-def timing_table(timings: dict, submissions: dict) -> list:
+def run_costs(graded: "Graded") -> dict:
+    """Where the pipeline's submissions spent their runs (``bench.where_the_time_went`` summed over
+    every autograded notebook): seconds inside cells, seconds between them, and the dearest cell."""
+    cells = between = span = 0.0
+    by_cell = {}
+    for student in graded.students:
+        path = graded.root / "autograded" / student / graded.assignment / f"{graded.assignment}.ipynb"
+        if not path.exists():
+            continue
+        got = bench.where_the_time_went(json.loads(path.read_text(encoding="utf-8")))
+        cells, between, span = cells + got["cells"], between + got["between"], span + got["span"]
+        for name, seconds in got["by_cell"].items():
+            by_cell[name] = by_cell.get(name, 0.0) + seconds
+    dearest = max(by_cell, key=by_cell.get) if by_cell else "-"
+    return {"cells": cells, "between": between, "span": span, "dearest": (dearest, by_cell.get(dearest, 0.0))}
+
+
+def timing_table(timings: dict, submissions: dict, costs: dict | None = None) -> list:
     """Lines of a table: per assignment (in the order they started), its worker, start, end and
-    seconds per submission; then each worker's idle time before the last pipeline ended."""
+    seconds per submission, and (from ``costs``: assignment -> ``run_costs``) how a submission's
+    seconds split: inside the notebook's code cells, between them (the guard's control cells around
+    each test, the grader's round trips), and outside its run (kernel start and stop, nbgrader's own
+    steps, the assignment's generate, feedback and export); then the cell that cost most per
+    submission, and each worker's idle time before the last pipeline ended."""
+    costs = costs or {}
     end = max(t[2] for t in timings.values())
     lines = ["", "end-to-end autograde: one nbgrader pipeline per assignment, seconds from the first start",
-             f"{'assignment':<24}{'worker':>24}{'start':>8}{'end':>8}{'subs':>6}{'s/sub':>7}"]
+             f"{'assignment':<24}{'worker':>24}{'start':>8}{'end':>8}{'subs':>6}{'s/sub':>7}"
+             f"{'cells':>7}{'between':>8}{'outside':>8}  dearest cell (s/sub)"]
     for a, (worker, began, ended) in sorted(timings.items(), key=lambda kv: kv[1][1]):
         n = submissions.get(a, 0)
-        lines.append(f"{a:<24}{worker:>24}{began:>8.0f}{ended:>8.0f}{n:>6}"
-                     f"{(ended - began) / n if n else float('nan'):>7.1f}")
+        per = (lambda x: x / n) if n else (lambda x: float("nan"))
+        c = costs.get(a)
+        split = (f"{per(c['cells']):>7.1f}{per(c['between']):>8.1f}{per(ended - began - c['span']):>8.1f}"
+                 f"  {c['dearest'][0]} ({per(c['dearest'][1]):.1f})") if c else ""
+        lines.append(f"{a:<24}{worker:>24}{began:>8.0f}{ended:>8.0f}{n:>6}{per(ended - began):>7.1f}{split}")
     for worker in sorted({t[0] for t in timings.values()}):
         last = max(t[2] for t in timings.values() if t[0] == worker)
         lines.append(f"{worker}: idle for the last {end - last:.0f} s of {end:.0f} s")

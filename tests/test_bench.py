@@ -32,3 +32,27 @@ def test_change_compares_only_with_a_record_of_this_machines_kind():
     assert bench.change(11.0, {"kind": "another kind", "seconds": {"a": 10.0}}, "a") == "record is another kind"
     assert bench.change(11.0, {"kind": kind, "seconds": {}}, "a") == "not recorded"
     assert bench.change(11.0, {}, "a") == "no record"
+
+
+def _cell(start, end, grade_id=None, kind="code"):
+    meta = {"execution": {"iopub.execute_input": start, "shell.execute_reply": end}} if start else {}
+    if grade_id:
+        meta["nbgrader"] = {"grade_id": grade_id}
+    return {"cell_type": kind, "metadata": meta, "source": ""}
+
+
+def test_where_the_time_went_splits_a_run_into_cells_and_the_gaps_between_them():
+    nb = {"cells": [
+        _cell("2026-12-07T10:00:00.000Z", "2026-12-07T10:00:01.000Z"),                   # 1 s
+        _cell(None, None),                                                                  # skipped demo
+        _cell("2026-12-07T10:00:01.500Z", "2026-12-07T10:00:04.000Z", grade_id="test_a"),  # 2.5 s, 0.5 s gap
+        {"cell_type": "markdown", "metadata": {}, "source": ""},
+        _cell("2026-12-07T10:00:04.250Z", "2026-12-07T10:00:04.750Z", grade_id="test_b"),  # 0.5 s, 0.25 s gap
+    ]}
+    got = bench.where_the_time_went(nb)
+    assert abs(got["cells"] - 4.0) < 1e-6, f"1 + 2.5 + 0.5 s inside cells; the unrun demo counts nowhere: {got}"
+    assert abs(got["span"] - 4.75) < 1e-6 and abs(got["between"] - 0.75) < 1e-6, \
+        f"first start to last reply is 4.75 s, of which 0.75 s between cells: {got}"
+    assert got["by_cell"] == {"cell 0": 1.0, "test_a": 2.5, "test_b": 0.5}, got["by_cell"]
+    assert bench.where_the_time_went({"cells": [_cell(None, None)]}) == \
+        {"cells": 0.0, "between": 0.0, "span": 0.0, "by_cell": {}}, "a notebook that never ran has no time"
