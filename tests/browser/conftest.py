@@ -37,6 +37,8 @@ if str(REPO) not in sys.path:
 
 from autograder import grading  # noqa: E402
 
+import lab_page  # noqa: E402  (tests/browser, beside this file)
+
 CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
 # From FIELD_NOTES.md "A real browser": what Debian's Chromium needs to run headless here.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -161,7 +163,10 @@ def lab(chromium_path, tmp_path_factory) -> Lab:
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
            "--LabApp.news_url=", "--ServerApp.terminals_enabled=False",
            # as `make lab` does: opening a notebook must not change its file
-           f"--ContentsManager.pre_save_hook={LAB_PRE_SAVE_HOOK}"]
+           f"--ContentsManager.pre_save_hook={LAB_PRE_SAVE_HOOK}",
+           # window.jupyterapp: a test opens its notebook in the JupyterLab its tab already loaded
+           # (lab_page.open_notebook) instead of loading the page again
+           "--LabApp.expose_app_in_browser=True"]
     if os.geteuid() == 0:  # jupyter refuses to run as root without it
         cmd.append("--allow-root")
     log = tmp / "jupyter.log"
@@ -223,13 +228,33 @@ def browser(playwright_driver, chromium_path, tmp_path_factory):
         context.close()
 
 
+@pytest.fixture(scope="session")
+def _shared_tab():
+    """The tab the tests of this worker share (``page``), once it exists."""
+    tab = {}
+    yield tab
+    if tab.get("page") is not None and not tab["page"].is_closed():
+        tab["page"].close()
+
+
 @pytest.fixture
-def page(browser, lab):
-    """A new tab; afterwards every kernel is shut down, so the next notebook runs alone."""
-    page = browser.new_page()
-    page.set_default_timeout(30_000)
-    yield page
-    page.close()
+def page(browser, lab, _shared_tab, request):
+    """The worker's tab, with JupyterLab loaded by its first test and kept: loading JupyterLab costs
+    Chromium about 5 s of CPU (measured on the slower 2-core kind, 2026-12-07), and the tests of
+    every notebook loaded it again. Each test opens its notebook in the app already there
+    (``lab_page.open_notebook``). Afterwards every document in the main area is closed and every
+    kernel shut down, so the next notebook runs alone in an empty JupyterLab. After a test that
+    failed, or when a dialog is still open or closing the documents fails, the tab is closed and the
+    next test loads JupyterLab in a new one, as every test did before."""
+    tab = _shared_tab.get("page")
+    if tab is None or tab.is_closed():
+        tab = _shared_tab["page"] = browser.new_page()
+        tab.set_default_timeout(30_000)
+    failed_before = request.session.testsfailed
+    yield tab
+    if request.session.testsfailed != failed_before or not lab_page.close_documents(tab):
+        tab.close()
+        _shared_tab.pop("page", None)
     lab.shutdown_kernels()
 
 

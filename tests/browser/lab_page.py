@@ -94,16 +94,47 @@ def wait_idle(page, timeout_s: float) -> None:
 
 
 def open_notebook(page, lab, relpath: str, workspace: str, kernel_display: str) -> None:
-    """Open ``relpath`` in a fresh workspace and wait until its kernel is idle.
+    """Open ``relpath`` and wait until its kernel is idle: in the JupyterLab the page has loaded
+    already (JupyterLab's own ``docmanager:open`` command, what its file browser runs, through
+    ``window.jupyterapp``, which the test server exposes), or else by loading JupyterLab in a fresh
+    workspace with the notebook open. Either way the notebook must be the only document open.
 
     FIELD_NOTES.md: "Run All Cells" clicked before the status bar reads "| Idle" runs only the
-    first cell, silently."""
-    page.goto(lab.url(f"/lab/workspaces/{workspace}/tree/{relpath}"))
+    first cell, silently. So this waits for the status bar to read this notebook's kernel and Idle
+    together."""
+    if page.url.startswith(lab.base) and page.evaluate("() => Boolean(window.jupyterapp)"):
+        page.evaluate("path => window.jupyterapp.commands.execute('docmanager:open', {path})", relpath)
+    else:
+        page.goto(lab.url(f"/lab/workspaces/{workspace}/tree/{relpath}"))
     page.locator(".jp-NotebookPanel .jp-Notebook").first.wait_for(timeout=60_000)
-    wait_idle(page, 90)
+    documents = page.evaluate("() => Array.from(window.jupyterapp.shell.widgets('main'))"
+                              ".filter(w => w.context).map(w => w.context.path)")
+    assert documents == [relpath], f"{relpath} should be the only document open; open: {documents}"
+    ready = re.compile(re.escape(kernel_display) + r"\s*\|\s*Idle")
+    try:
+        page.locator("#jp-main-statusbar").get_by_text(ready).wait_for(timeout=90_000)
+    except Exception:  # noqa: BLE001 - the message below says what the status bar showed
+        pass
     status = status_text(page)
-    assert kernel_display in status, (
-        f"{relpath} did not start on the course kernel {kernel_display!r}; status bar: {status!r}")
+    assert ready.search(status), (
+        f"{relpath} did not start on the course kernel {kernel_display!r}, idle; status bar: {status!r}")
+
+
+def close_documents(page) -> bool:
+    """Close every document of the main area without asking to save (what a test saved is on
+    disk; the rest is thrown away). False when that cannot be done: no JupyterLab in the page, a
+    dialog still open, or a document left after closing."""
+    try:
+        if page.is_closed() or page.locator(".jp-Dialog").count():
+            return False
+        return page.evaluate("""() => {
+            const app = window.jupyterapp;
+            if (!app) return false;
+            for (const w of Array.from(app.shell.widgets('main'))) w.dispose();
+            return Array.from(app.shell.widgets('main')).length === 0;
+        }""")
+    except Exception:  # noqa: BLE001 - a tab that cannot say is replaced
+        return False
 
 
 def menu(page, top: str, item: str) -> None:
