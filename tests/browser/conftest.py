@@ -243,19 +243,25 @@ def page(browser, lab, _shared_tab, request):
     Chromium about 5 s of CPU (measured on the slower 2-core kind, 2026-12-07), and the tests of
     every notebook loaded it again. Each test opens its notebook in the app already there
     (``lab_page.open_notebook``). Afterwards every document in the main area is closed and every
-    kernel shut down, so the next notebook runs alone in an empty JupyterLab. After a test that
-    failed, or when a dialog is still open or closing the documents fails, the tab is closed and the
-    next test loads JupyterLab in a new one, as every test did before."""
+    kernel shut down, so the next notebook runs alone, the only document in JupyterLab. After a
+    test that failed, or when a dialog is still open or closing the documents fails, the tab is
+    closed and the next test loads JupyterLab in a new one, as every test did before."""
     tab = _shared_tab.get("page")
     if tab is None or tab.is_closed():
         tab = _shared_tab["page"] = browser.new_page()
         tab.set_default_timeout(30_000)
     failed_before = request.session.testsfailed
     yield tab
-    if request.session.testsfailed != failed_before or not lab_page.close_documents(tab):
-        tab.close()
-        _shared_tab.pop("page", None)
-    lab.shutdown_kernels()
+    try:
+        if request.session.testsfailed != failed_before or not lab_page.close_documents(tab):
+            _shared_tab.pop("page", None)
+            tab.close()
+    finally:
+        try:
+            lab.shutdown_kernels()
+        except Exception:  # a kernel left running would compete with the next notebook: new tab
+            _shared_tab.pop("page", None)
+            raise
 
 
 @pytest.fixture(scope="session")

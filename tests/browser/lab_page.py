@@ -102,8 +102,23 @@ def open_notebook(page, lab, relpath: str, workspace: str, kernel_display: str) 
     FIELD_NOTES.md: "Run All Cells" clicked before the status bar reads "| Idle" runs only the
     first cell, silently. So this waits for the status bar to read this notebook's kernel and Idle
     together."""
-    if page.url.startswith(lab.base) and page.evaluate("() => Boolean(window.jupyterapp)"):
-        page.evaluate("path => window.jupyterapp.commands.execute('docmanager:open', {path})", relpath)
+    if page.url.startswith(lab.base + "/") and page.evaluate("() => Boolean(window.jupyterapp)"):
+        # the command resolves to the panel, which is made current (JupyterLab may have put a
+        # Launcher in the emptied main area); nothing is returned (the panel would be serialized
+        # back), and a command that never finishes fails in 60 s, as a page load would
+        page.evaluate("""async ([path, ms]) => {
+            const app = window.jupyterapp;
+            let timer;
+            const late = new Promise((_, fail) => {
+                timer = setTimeout(() => fail(new Error(`docmanager:open ${path}: nothing in ${ms} ms`)), ms);
+            });
+            try {
+                const panel = await Promise.race([app.commands.execute('docmanager:open', {path}), late]);
+                if (panel && panel.id) app.shell.activateById(panel.id);
+            } finally {
+                clearTimeout(timer);
+            }
+        }""", [relpath, 60_000])
     else:
         page.goto(lab.url(f"/lab/workspaces/{workspace}/tree/{relpath}"))
     page.locator(".jp-NotebookPanel .jp-Notebook").first.wait_for(timeout=60_000)
@@ -113,17 +128,19 @@ def open_notebook(page, lab, relpath: str, workspace: str, kernel_display: str) 
     ready = re.compile(re.escape(kernel_display) + r"\s*\|\s*Idle")
     try:
         page.locator("#jp-main-statusbar").get_by_text(ready).wait_for(timeout=90_000)
-    except Exception:  # noqa: BLE001 - the message below says what the status bar showed
-        pass
-    status = status_text(page)
-    assert ready.search(status), (
-        f"{relpath} did not start on the course kernel {kernel_display!r}, idle; status bar: {status!r}")
+    except Exception as err:  # noqa: BLE001 - timeout or more than one match: say what the bar showed
+        raise AssertionError(
+            f"{relpath} did not start on the course kernel {kernel_display!r}: in 90 s the status bar "
+            f"never read {kernel_display + ' | Idle'!r}; it reads now: {status_text(page)!r}") from err
+    # (not read a second time: a moment after its first Idle the bar can read Busy again, and a
+    # fresh-clone run failed on a second read that demanded Idle)
 
 
 def close_documents(page) -> bool:
     """Close every document of the main area without asking to save (what a test saved is on
-    disk; the rest is thrown away). False when that cannot be done: no JupyterLab in the page, a
-    dialog still open, or a document left after closing."""
+    disk; the rest is thrown away). JupyterLab then opens a Launcher in the empty main area, which
+    ``open_notebook`` leaves behind the notebook it opens. False when that cannot be done: no
+    JupyterLab in the page, a dialog still open, or a document left after closing."""
     try:
         if page.is_closed() or page.locator(".jp-Dialog").count():
             return False
