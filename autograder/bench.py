@@ -84,9 +84,17 @@ def longest_first(counts: dict, record: dict | None = None) -> list:
     return sorted(counts, key=lambda a: -counts[a] * usable.get(a, default))
 
 
-def _stamp(text: str) -> float:
+def cell_seconds(cell: dict) -> tuple[float, float] | None:
+    """When a code cell of an executed notebook started and ended (epoch seconds: the kernel's
+    receipt of the request and its reply, from the ``metadata.execution`` timestamps nbclient and
+    JupyterLab record on code cells), or None for a cell without both (not run, or not code)."""
     from datetime import datetime
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    stamps = cell.get("metadata", {}).get("execution", {})
+    if "iopub.execute_input" not in stamps or "shell.execute_reply" not in stamps:
+        return None
+    began, ended = (datetime.fromisoformat(stamps[k].replace("Z", "+00:00")).timestamp()
+                    for k in ("iopub.execute_input", "shell.execute_reply"))
+    return began, ended
 
 
 def where_the_time_went(nb: dict) -> dict:
@@ -100,11 +108,10 @@ def where_the_time_went(nb: dict) -> dict:
     as its own wall time minus the span."""
     cells, by_cell, first, last = 0.0, {}, None, None
     for i, cell in enumerate(nb.get("cells", [])):
-        stamps = cell.get("metadata", {}).get("execution", {})
-        if cell.get("cell_type") != "code" or "iopub.execute_input" not in stamps \
-                or "shell.execute_reply" not in stamps:
+        when = cell_seconds(cell)
+        if when is None:
             continue
-        began, ended = _stamp(stamps["iopub.execute_input"]), _stamp(stamps["shell.execute_reply"])
+        began, ended = when
         name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {i}"
         by_cell[name] = by_cell.get(name, 0.0) + ended - began
         cells += ended - began

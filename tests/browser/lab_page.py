@@ -60,16 +60,13 @@ class NotebookRun:
     def slow_cells(self, seconds: float = 3.0) -> list[str]:
         """Code cells that ran longer than ``seconds`` (JupyterLab's recorded timing), each with
         whether it drew a tqdm bar (to stderr) and its first line."""
-        from datetime import datetime
+        from autograder.bench import cell_seconds
         slow = []
         for i, cell in enumerate(self.nb["cells"]):
-            t = cell.get("metadata", {}).get("execution", {})
-            if cell["cell_type"] != "code" or "iopub.execute_input" not in t \
-                    or "shell.execute_reply" not in t:
+            when = cell_seconds(cell)
+            if when is None:
                 continue
-            took = (datetime.fromisoformat(t["shell.execute_reply"].replace("Z", "+00:00"))
-                    - datetime.fromisoformat(t["iopub.execute_input"].replace("Z", "+00:00"))
-                    ).total_seconds()
+            took = when[1] - when[0]
             if took > seconds:
                 bar = any(o["output_type"] == "stream" and o["name"] == "stderr"
                           and ("it/s" in o["text"] or "s/it" in o["text"]) for o in cell.get("outputs", []))
@@ -87,10 +84,11 @@ def status_text(page) -> str:
     return page.locator("#jp-main-statusbar").inner_text(timeout=5000)
 
 
-def wait_idle(page, timeout_s: float) -> None:
-    """Until the kernel status in the status bar reads '| Idle'."""
-    page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\|\s*Idle")).wait_for(
-        timeout=timeout_s * 1000)
+def wait_idle(page, timeout_s: float, kernel_display: str = "") -> None:
+    """Until the kernel status in the status bar reads '| Idle' (after ``kernel_display``, the
+    kernel's name, when one is given: both in the same item at the same moment)."""
+    page.locator("#jp-main-statusbar").get_by_text(
+        re.compile(re.escape(kernel_display) + r"\s*\|\s*Idle")).wait_for(timeout=timeout_s * 1000)
 
 
 def open_notebook(page, lab, relpath: str, workspace: str, kernel_display: str) -> None:
@@ -121,13 +119,13 @@ def open_notebook(page, lab, relpath: str, workspace: str, kernel_display: str) 
         }""", [relpath, 60_000])
     else:
         page.goto(lab.url(f"/lab/workspaces/{workspace}/tree/{relpath}"))
-    page.locator(".jp-NotebookPanel .jp-Notebook").first.wait_for(timeout=60_000)
+    # the notebook in view: a document left open by an earlier test would be first, but hidden
+    page.locator(".jp-NotebookPanel .jp-Notebook >> visible=true").first.wait_for(timeout=60_000)
     documents = page.evaluate("() => Array.from(window.jupyterapp.shell.widgets('main'))"
                               ".filter(w => w.context).map(w => w.context.path)")
     assert documents == [relpath], f"{relpath} should be the only document open; open: {documents}"
-    ready = re.compile(re.escape(kernel_display) + r"\s*\|\s*Idle")
     try:
-        page.locator("#jp-main-statusbar").get_by_text(ready).wait_for(timeout=90_000)
+        wait_idle(page, 90, kernel_display)
     except Exception as err:  # noqa: BLE001 - timeout or more than one match: say what the bar showed
         raise AssertionError(
             f"{relpath} did not start on the course kernel {kernel_display!r}: in 90 s the status bar "
