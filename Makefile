@@ -52,9 +52,38 @@ venv: $(STAMP)
 
 # Re-installs only when the dependency files change. Registers the course kernel inside the
 # venv (--sys-prefix), so notebooks, nbval and nbgrader all run on the venv's Python.
+# requirements.txt is installed by uv (its version pinned here, itself installed by pip): it
+# resolves, downloads, unpacks and byte-compiles in parallel. On 2 cores without AVX-512, empty
+# caches (2026-12-07): 36 s, against 113 s for pip install with its byte-compiling, the same
+# packages at the same versions. uv reads none of pip's configuration, so UV_PIP_INSTALL hands it
+# the sources pip is configured with (index URLs, find-links, constraints, CA bundle: where a
+# machine keeps the CPU build of torch), read by pip's own configuration loader, and has it choose
+# among indexes as pip does (the best version on any of them, not the first index with the name).
+UV_VERSION := 0.13.10
+define UV_PIP_INSTALL
+import os, sys
+from pip._internal.configuration import Configuration
+config = Configuration(isolated=False)
+config.load()
+values = dict(config.items())
+def pip_option(name):  # pip's precedence: PIP_<NAME>, then the install section, then global
+    for section in (":env:", "install", "global"):
+        if f"{section}.{name}" in values:
+            return values[f"{section}.{name}"].split()
+    return []
+args = ["--index-strategy", "unsafe-best-match"]
+for name in ("index-url", "extra-index-url", "find-links", "constraint"):
+    args += [part for value in pip_option(name) for part in (f"--{name}", value)]
+env = dict(os.environ, **({"SSL_CERT_FILE": pip_option("cert")[0]} if pip_option("cert") else {}))
+uv = os.path.join(os.path.dirname(sys.executable), "uv")
+print("uv pip install", *args, *sys.argv[1:], flush=True)
+os.execve(uv, [uv, "pip", "install", "--python", sys.executable, "--compile-bytecode", *args, *sys.argv[1:]], env)
+endef
+export UV_PIP_INSTALL
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -r requirements.txt -e .
+	$(BIN)/python -m pip install uv==$(UV_VERSION)
+	$(BIN)/python -c "$$UV_PIP_INSTALL" -r requirements.txt -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_DISPLAY)"
 	touch $@
 
