@@ -147,8 +147,12 @@ def toy_cases(root, port):
                              {"test_square": False, "test_cube": False}, "CellTimeoutError"),
         "loop_after": ({"cube": "def cube(x):\n    return x ** 3\nwhile True:\n    pass"},
                        {"test_square": True, "test_cube": False}, "CellTimeoutError"),
+        # bytes(n), not bytearray(n): both take n bytes of address space, which the 1.5 GB limit
+        # refuses; bytearray also writes every page it takes, up to 1.4 GB, which took this cell past
+        # its 6 s limit on a fresh clone with both cores busy (2026-12-07). tests/test_sandbox.py's
+        # bomb writes its pages, under a 20 s limit
         "memory_bomb": ({"square": SQ + "\ndef _bomb():\n    hog = []\n    for _ in range(100):\n"
-                                        "        hog.append(bytearray(50 * 2**20))\n_bomb()"},
+                                        "        hog.append(bytes(50 * 2**20))\n_bomb()"},
                         full, "MemoryError"),
         "fork_bomb": ({"square": SQ + "\nimport os, time\nn = 0\nwhile n < 400:\n    if os.fork() == 0:\n"
                                       "        time.sleep(60)\n        os._exit(0)\n    n += 1"},
