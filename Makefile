@@ -54,60 +54,14 @@ venv: $(STAMP)
 # venv (--sys-prefix), so notebooks, nbval and nbgrader all run on the venv's Python.
 # requirements.txt is installed by uv (its version pinned here, itself installed by pip): it
 # resolves, downloads, unpacks and byte-compiles in parallel. On 2 cores without AVX-512, empty
-# caches (2026-12-07): 36 s, against 113 s for pip install with its byte-compiling, the same
-# packages at the same versions. uv reads none of pip's configuration, so UV_PIP_INSTALL reads it
-# with pip's own loader and hands uv what decides where packages come from (index URLs, no-index,
-# find-links, constraints, trusted hosts, CA bundle or else the system's store, keyring, timeout,
-# proxy, client certificate: a machine may keep the CPU build of torch in find-links), has it choose
-# among indexes as pip does (the best version on any of them, not the first index with the name),
-# and names any other pip option it was set, which uv does not get. URLs are printed without
-# their passwords.
+# caches (2026-12-07): make venv 38 s, against 114-157 s with pip install, the same packages at the
+# same versions. tools/uv_pip_install.py hands uv the package sources pip is configured with (a
+# machine may keep the CPU build of torch in pip's find-links).
 UV_VERSION := 0.13.10
-define UV_PIP_INSTALL
-import os, sys
-from pip._internal.configuration import Configuration
-from pip._internal.utils.misc import redact_auth_from_url, strtobool
-config = Configuration(isolated=False)
-config.load()
-values = dict(config.items())
-def pip_option(*names):  # pip's precedence: PIP_<NAME>, then [install], then [global]; empty is unset
-    for section in (":env:", "install", "global"):
-        for name in names:
-            if values.get(f"{section}.{name}"):
-                return values[f"{section}.{name}"].split()
-    return []
-args, env = ["--index-strategy", "unsafe-best-match"], dict(os.environ)
-for names, flag in ((("index-url",), "--index-url"), (("extra-index-url",), "--extra-index-url"),
-                    (("find-links",), "--find-links"), (("constraint",), "--constraint"),
-                    (("trusted-host",), "--allow-insecure-host"), (("cert",), "--cert")):
-    args += [part for value in pip_option(*names) for part in (flag, value)]
-if pip_option("no-index") and strtobool(pip_option("no-index")[0]):
-    args.append("--no-index")
-if not pip_option("cert"):
-    args.append("--system-certs")  # as pip (24.2 on) trusts the system's store when no bundle is set
-if pip_option("keyring-provider") in (["subprocess"], ["disabled"]):
-    args += ["--keyring-provider", pip_option("keyring-provider")[0]]
-for names, variable in ((("timeout", "default-timeout"), "UV_HTTP_TIMEOUT"),
-                        (("client-cert",), "SSL_CLIENT_CERT"), (("proxy",), "HTTPS_PROXY")):
-    if pip_option(*names):
-        env[variable] = pip_option(*names)[0]
-handed = {"index-url", "extra-index-url", "find-links", "constraint", "trusted-host", "cert", "no-index",
-          "keyring-provider", "timeout", "default-timeout", "client-cert", "proxy"}
-cosmetic = {"disable-pip-version-check", "no-cache-dir", "cache-dir", "progress-bar", "quiet", "verbose",
-            "root-user-action", "no-color", "require-virtualenv", "no-python-version-warning", "retries", "log"}
-dropped = sorted({key.split(".", 1)[1] for key, value in values.items() if value and
-                  key.split(".", 1)[0] in (":env:", "install", "global")} - handed - cosmetic)
-if dropped:
-    print("pip options uv is not given (they may change what it installs):", *dropped, flush=True)
-uv = os.path.join(os.path.dirname(sys.executable), "uv")
-print("uv pip install", *map(redact_auth_from_url, args), *sys.argv[1:], flush=True)
-os.execve(uv, [uv, "pip", "install", "--python", sys.executable, "--compile-bytecode", *args, *sys.argv[1:]], env)
-endef
-export UV_PIP_INSTALL
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install uv==$(UV_VERSION)
-	$(BIN)/python -c "$$UV_PIP_INSTALL" -r requirements.txt -e .
+	$(BIN)/python tools/uv_pip_install.py -r requirements.txt -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_DISPLAY)"
 	touch $@
 
