@@ -116,9 +116,10 @@ FIX_NOTHING = "def fix(pipe):\n    return pipe\n"
 # Red team, 2026-12-07: no test of the pipeline. In the graded call's process no frame holds the
 # touched fields, so the pipeline comes back unchanged; in the kernel's re-run the test's frame
 # says which fields the bug touched, and a stand-in that puts itself back when called made the two
-# choices look the same (2 of 2 before the verdict was taken from the choice made apart). Now the
-# broken draws fail on the choice made apart; the healthy draw, re-run, leaves its stand-ins
-# installed and uncalled, which the guard reports as a binding replaced (the test is void).
+# choices look the same (2 of 2 before the verdict was taken from the choice made apart). Since
+# 2026-12-07 nothing of the fix runs in the kernel: the broken draws fail on the choice made apart,
+# and on the healthy draw the stand-ins it installs in the graded call's process are a package
+# change the fix's check finds before the symptom trains.
 FIX_READS_THE_TEST = ("import sys\n"
                       "import course.exercises.mystery as _M\n"
                       "from course.reference.pipeline import healthy_twin\n\n"
@@ -141,8 +142,9 @@ FIX_READS_THE_TEST = ("import sys\n"
 # after the fix returned, reads the touched fields from the test's frames and writes the reference
 # parts (and the setting back) into the pipeline about to be checked and trained (2 of 2 through
 # nbgrader before check_fix changed). It now fails on the choice made apart (a setting that is not
-# broken changed), before any re-run; tests/test_course_mystery.py pins that such a hook does not
-# run in the re-run's check either. Its control, FIX_HOOK_UNUSED, is the same hook beside the
+# broken changed); since 2026-12-07 the class is described and trained only in the graded call's
+# process, where no frame holds the touched fields, and tests/test_course_mystery.py pins that
+# describing it runs no hook. Its control, FIX_HOOK_UNUSED, is the same hook beside the
 # solution's fix, its class never returned.
 _FIX_HOOK = ("import sys\n"
              "import course\n\n"

@@ -216,7 +216,9 @@ def fix(pipe):
 # puts the real one back when called, so the guard's check after the test sees nothing (before
 # the verdict was taken from the choice made apart, it scored 3 of 3 on 04 and 2 of 2 on 00).
 # Its control defines the same stand-ins beside a real fix and installs none (a stand-in left in
-# place, never called, is a binding replaced while the test ran: the guard voids the test).
+# place, never called, is a binding replaced while the test ran: the guard voids the test). Since
+# 2026-12-07 the fix runs only in the graded call's process, where its stand-ins are a package
+# change the fix's check finds, and its every-part choice fails there anyway.
 _STAND_INS = """import course.exercises.mystery as _M
 from course.reference.pipeline import healthy_twin as _twin
 

@@ -160,12 +160,13 @@ class _Rewrites(type):
         return type.__getattribute__(cls, name)
 
 
-def test_a_returned_objects_class_runs_nothing_while_its_fix_is_judged():
-    """Between the kernel's re-run of a fix and the comparison with the choice made apart, what the
-    fix returned is described by type identity and what CPython stores: a metaclass hook of a part
-    it returned, or of the object a builtin method it returned is bound to (whose ``__qualname__``
-    reads that class's), never runs there, so it cannot put the reference part into what is then
-    trained. Settings are described the same way. Control: the hook runs on an ordinary read."""
+def test_a_returned_objects_class_runs_nothing_while_its_fix_is_described():
+    """``fix_signature`` describes what a fix returned by type identity and what CPython stores: a
+    metaclass hook of a part it returned, or of the object a builtin method it returned is bound to
+    (whose ``__qualname__`` reads that class's), never runs there, so it cannot make the decision
+    say other than what the fix returned. Settings are described the same way. Control: the hook
+    runs on an ordinary read. (In ``check_fix`` the description is made in the graded call's
+    process; there the hook would also find no answer.)"""
     class Setting(metaclass=_Rewrites):
         pass
 
@@ -173,12 +174,12 @@ def test_a_returned_objects_class_runs_nothing_while_its_fix_is_judged():
     hasattr(Setting, "__dataclass_fields__")
     Setting().__sizeof__.__qualname__
     assert _Rewrites.calls == ["__dataclass_fields__", "__qualname__"], "control: the hook runs on ordinary reads"
-    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
-    for returned in (Setting(), Setting().__sizeof__):  # the right field: judged, re-run, compared
+    pipe = mystery.make("requires-grad-off", 0, SMALL, salt="t")
+    for returned in (Setting(), Setting().__sizeof__):
         _Rewrites.calls.clear()
-        with pytest.raises(AssertionError, match="reached the symptom"):
-            mystery.check_fix(lambda p: p.replace(prepare=returned), pipes, lambda fixed: "reached the symptom")
-        assert _Rewrites.calls == [], f"a hook of the returned object's class ran while judged: {_Rewrites.calls}"
+        described = mystery.fix_signature(pipe, pipe.replace(prepare=returned))
+        assert _Rewrites.calls == [], f"a hook of the returned object's class ran while described: {_Rewrites.calls}"
+        assert list(described) == ["prepare"]
     assert mystery._plain_repr(Setting())["object"][1].endswith("Setting") and not _Rewrites.calls
 
 
@@ -192,7 +193,10 @@ class _Relay:
 
     def __del__(self):
         import sys
-        frame = sys._getframe(0)
+        try:
+            frame = sys._getframe(1)  # where the collector ran it
+        except Exception:  # noqa: BLE001  (refused in the checker's sealed thread)
+            return
         while frame is not None and frame.f_code.co_name != "_signature_of":
             frame = frame.f_back
         if frame is None:
@@ -202,11 +206,12 @@ class _Relay:
         self.wrote.append("prepare")
 
 
-def test_the_fixs_garbage_is_not_collected_while_its_fix_is_judged():
-    """The garbage collector is held from the end of the fix's re-run until its fields have been
-    described and compared: a finalizer of the fix's garbage collected then could put the reference
-    part into the fields that the symptom trains, so a fix that found the broken part but put a
-    broken one back would pass. Control: outside the hold, the same relay reaches the description."""
+def test_the_fixs_garbage_cannot_reach_what_is_trained():
+    """A finalizer of the fix's garbage that runs while its pipeline is described or trained could
+    put the reference part into the fields the symptom trains, so a fix that found the broken part
+    but put a broken one back would pass. In the graded call's process the checker's frames are
+    sealed, so the relay finds nothing and the still-broken fix fails. Control: in this process,
+    the same relay reaches the description."""
     import functools
     import gc
 
@@ -221,7 +226,6 @@ def test_the_fixs_garbage_is_not_collected_while_its_fix_is_judged():
     try:
         with pytest.raises(AssertionError, match="loss did not fall"):
             mystery.check_fix(keeps_it_broken, pipes, _falls)
-        assert wrote == [], f"a finalizer ran while the fix's fields were described: {wrote}"
         gc.set_threshold(1)
         _Relay(wrote)
         mystery.fix_signature(pipes[0], keeps_it_broken(pipes[0]))
@@ -229,14 +233,14 @@ def test_the_fixs_garbage_is_not_collected_while_its_fix_is_judged():
         gc.set_threshold(*threshold)
         gc.collect()
     assert wrote and all(w == "prepare" for w in wrote), \
-        "control: outside the hold, the relay rewrites the fields being described"
+        "control: in this process, the relay rewrites the fields being described"
 
 
 def test_what_a_fix_changed_is_judged_on_its_choice_apart():
-    """Which fields a fix changed is judged on the decision made in the graded call's process,
-    before the fix runs in the kernel: a re-run that rebinds the module's own judge for one call (a
-    stand-in that puts the real one back) changes nothing, and a fix that replaces every part fails.
-    Control: the same stand-in installed before check_fix runs does reach a direct call."""
+    """Which fields a fix changed is judged in the kernel, on the decision written down in the
+    graded call's process: a fix that rebinds the module's own judge for one call (a stand-in that
+    puts the real one back) changes nothing, and a fix that replaces every part fails. Control: the
+    same stand-in installed in this process does reach a direct call."""
     from course.reference.pipeline import healthy_twin
 
     pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
@@ -259,10 +263,10 @@ def test_what_a_fix_changed_is_judged_on_its_choice_apart():
 
 
 def test_a_fix_that_leaves_its_own_thread_running_fails():
-    """A thread that runs the fix's code after it returned could rewrite what is judged: it fails
-    the draw, whether it runs the learner's function now, a timer will call it (directly or through
-    a map), or it waits in an executor with the function queued. Control: a thread of library code
-    only (a sleep) is no such thread, and the fix passes."""
+    """A thread that runs the fix's code after it returned could change what is trained: when one
+    started by the fix (a thread, a timer, an executor's worker) is still running 2 s after the
+    calls returned, the graded call fails. Control: a thread that has ended by then (a short
+    sleep) is no such thread, and the fix passes."""
     import concurrent.futures
     import threading
     import time
@@ -270,38 +274,25 @@ def test_a_fix_that_leaves_its_own_thread_running_fails():
     pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
     right = lambda p: p.replace(prepare=prepare_model)  # noqa: E731
 
-    started = []
-
-    def waits():
-        time.sleep(1)
-
     def spawning(make_thread):
         def fix(p):
-            started.append(make_thread())
-            started[-1].daemon = True
-            started[-1].start()
+            thread = make_thread()
+            thread.daemon = True
+            thread.start()
             return right(p)
         return fix
 
-    for make_thread in (lambda: threading.Thread(target=waits), lambda: threading.Timer(1, waits),
-                        lambda: threading.Timer(1, list, args=(map(lambda _: waits(), [0]),))):
-        with pytest.raises(AssertionError, match="left code of its own running beside the test"):
-            mystery.check_fix(spawning(make_thread), pipes, _falls)
-    for thread in started:
-        thread.join()  # a thread of the test's own still running would fail the check below
-
     def queued(p):
         pool = concurrent.futures.ThreadPoolExecutor(1)
-        pool.submit(time.sleep, 1)
-        pool.submit(waits)
+        pool.submit(time.sleep, 5)
         pool.shutdown(wait=False)
-        started.append(pool)
         return right(p)
 
-    with pytest.raises(AssertionError, match="left code of its own running beside the test"):
-        mystery.check_fix(queued, pipes, _falls)
-    started.pop().shutdown(wait=True)
-    mystery.check_fix(spawning(lambda: threading.Thread(target=time.sleep, args=(1,))), pipes, _falls)
+    for fix in (spawning(lambda: threading.Thread(target=time.sleep, args=(5,))),
+                spawning(lambda: threading.Timer(3, time.sleep, args=(1,))), queued):
+        with pytest.raises(AssertionError, match="still running 2 s after the calls returned"):
+            mystery.check_fix(fix, pipes, _falls)
+    mystery.check_fix(spawning(lambda: threading.Thread(target=time.sleep, args=(0.2,))), pipes, _falls)
 
 
 def test_every_part_takes_its_whole_field_contract():
@@ -330,3 +321,142 @@ def test_every_part_takes_its_whole_field_contract():
                 if not takes(fn, field):
                     refused.add((name, field))
     assert not refused, f"functions that refuse a call their field's contract allows: {sorted(refused)}"
+
+
+def test_a_fix_that_patches_what_its_check_runs_on_fails():
+    """The symptom trains the fix's pipeline in the graded call's process, beside the fix's code. A
+    fix that names the broken field but leaves it broken, and replaces a package function the
+    symptom calls (``train_steps``) with one that reports a falling loss, fails: the package changed
+    since the fix first ran. So does a working fix whose part, while trained, replaces one. Control:
+    in this process, the same patch makes the symptom pass the broken pipeline."""
+    import functools
+
+    from course.reference import train as train_module
+    from course.reference.diagnose import training_moves
+
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
+    real_steps, real_train = train_module.train_steps, train_module.train
+
+    def fake_steps(run, steps, **kwargs):
+        run.history["loss"].extend(3.0 - 0.1 * i for i in range(steps))
+        for p in run.model.parameters():
+            p.data.add_(1.0)  # every tensor moves
+        return run
+
+    def patches(p):
+        train_module.train_steps = fake_steps
+        return p.replace(prepare=functools.partial(p.prepare))  # the right field, still broken
+
+    def patching_prepare(model):
+        train_module.train = fake_steps
+        return prepare_model(model)
+
+    with pytest.raises(AssertionError, match="your fix changed what its check runs on, in the graded process: "
+                                             "course.reference.train.train_steps"):
+        mystery.check_fix(patches, pipes, training_moves)
+    with pytest.raises(AssertionError, match="while its pipeline was trained, your fix changed what its check runs on"):
+        mystery.check_fix(lambda p: p.replace(prepare=patching_prepare), pipes, training_moves)
+    mystery.check_fix(lambda p: p.replace(prepare=prepare_model), pipes, training_moves)  # the same, without patches
+    assert train_module.train_steps is real_steps and train_module.train is real_train
+    try:
+        assert training_moves(patches(pipes[0])) is None, "control: here the patch passes a broken pipeline"
+    finally:
+        train_module.train_steps = real_steps
+
+
+def test_the_check_puts_back_the_notebook_names_it_reads():
+    """Before the symptom trains, the checker puts back the notebook's names and defaults that the
+    symptom reads (as they were before the fix first ran), and a draw fails when one of them changed
+    while it trained. Here on a namespace of its own, as ``run_apart`` hands the checker a kernel's."""
+    from course.exercises import isolation
+
+    ns: dict = {}
+    exec("def symptom(p, strict=True):\n    p.prepare(None)\n    return helper(p) if strict else None\n\n"
+         "def helper(p):\n    return 'the symptom is still there'\n", ns)
+    watch = (ns, isolation._names_read(ns["symptom"], ns))
+    assert set(watch[1][0]) == {"helper"} and [d[0] for d in watch[1][1]] == [ns["symptom"], ns["helper"]]
+    checker, snap = mystery._fix_checker()
+    pipe = mystery.make("healthy", 0, SMALL)
+
+    def verdict(prepare):
+        fixed = pipe.replace(prepare=prepare)
+        out, done = [], isolation._allocate_lock()
+        done.acquire()
+        checker([(ns["symptom"], pipe, fixed, isolation._json_writer()(mystery.fix_decision(pipe, fixed)),
+                  isolation.rng_state(), out, done, watch, snap(pipe), None)])
+        return out[0]
+
+    helper = ns["helper"]
+    ns["helper"] = lambda p: None  # rebound before the check, as a fix's code could
+    ns["symptom"].__defaults__ = (False,)
+    assert verdict(lambda model: None) == "the symptom is still there", "the name and the default are put back"
+    assert ns["helper"] is helper and ns["symptom"].__defaults__ == (True,)
+
+    def rebinds(model):
+        ns["helper"] = lambda p: None
+    assert verdict(rebinds).startswith("while its pipeline was trained, your fix changed what its check runs on: helper")
+
+
+def test_the_reply_does_not_depend_on_names_the_calls_can_rebind():
+    """Once the calls have begun, the graded call's main thread calls only what it bound before: a
+    call that rebinds this module's writer, JSON encoder and exit, ``json.dumps``, ``os.write``,
+    ``threading.Thread.join`` and ``len`` changes nothing of the reply. (Were the reply written
+    through any of them, the child could not answer.)"""
+    import builtins
+    import json
+    import os
+    import threading
+
+    from course.exercises import isolation
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("rebound by the graded call")
+
+    def rebinds(case):
+        for owner, name in ((isolation, "_write"), (isolation, "_dumps"), (isolation, "_exit_now"),
+                            (isolation, "_json_writer"), (isolation, "_encode_json_str"),
+                            (json, "dumps"), (os, "write"), (threading.Thread, "join"), (builtins, "len")):
+            setattr(owner, name, broken)
+        return case * 2
+    got = isolation.run_apart(rebinds, [1, 2, 3], lambda case, value: [case, value])
+    assert [o.get() for o in got] == [[1, 2], [2, 4], [3, 6]]
+
+
+def test_the_symptom_may_call_what_the_fix_may_not():
+    """The functions a test switches off stay off for every call of the fix, and answer the symptom,
+    which runs once every decision is written down. Control: the fix that calls the switched-off
+    check is refused."""
+    from course.reference.diagnose import training_moves
+
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
+    right = lambda p: p.replace(prepare=prepare_model)  # noqa: E731
+    mystery.check_fix(right, pipes, training_moves, off=(training_moves,))
+
+    def asks_the_check(p):
+        training_moves(p)
+        return right(p)
+    with pytest.raises(SwitchedOff, match="training_moves is switched off"):
+        mystery.check_fix(asks_the_check, pipes, training_moves, off=(training_moves,))
+
+
+def test_a_fix_that_rebinds_a_builtin_its_check_uses_fails():
+    """``builtins`` is compared too (a red team's 07 restore answered 0 from ``abs`` to every
+    tolerance of the check, 2026-12-07): a fix that rebinds one fails before the symptom trains.
+    Control: in this process, the same rebinding passes the symptom."""
+    import builtins
+
+    pipes = [mystery.make("requires-grad-off", 0, SMALL, salt="t")]
+    symptom = lambda fixed: None if abs(-1) == 0 else "abs still answers honestly"  # noqa: E731
+    real = builtins.abs
+
+    def rebinds(p):
+        builtins.abs = lambda x: 0
+        return p.replace(prepare=prepare_model)
+    with pytest.raises(AssertionError, match=r"builtins\.abs \(replaced\)"):
+        mystery.check_fix(rebinds, pipes, symptom)
+    assert builtins.abs is real
+    try:
+        rebinds(pipes[0])
+        assert symptom(None) is None, "control: here the rebound abs passes the symptom"
+    finally:
+        builtins.abs = real

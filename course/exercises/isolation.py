@@ -5,7 +5,7 @@ A mystery's answer (which bug a drawn pipeline carries) lives in the kernel that
 code in the same interpreter can read anything there: a module's private registry, the garbage
 collector, the caller's frame, a closure's cells, the test cell's own source in IPython's history.
 So no grade is decided from a call of a learner's ``detect`` / ``name_cause`` / ``fix`` in the
-kernel (``check_fix`` re-runs a fix there only to rebuild the pipeline it returned).
+kernel, and none is made there (``check_fix`` trains a fix's pipeline in the child too: ``then``).
 ``run_apart(fn, cases)`` forks the kernel, calling nothing until then but the primitives bound below
 (and whatever fork handlers ``os.fork`` runs: the grading kernel's guard voids a test when the
 submission registered one), and, in the child, before any learner code runs:
@@ -26,7 +26,8 @@ submission registered one), and, in the child, before any learner code runs:
 3. **seals introspection** with an audit hook, which cannot be removed and whose rules live in its
    own closure (``_make_hook``): the garbage collector's walks, other threads' frames, tracing,
    ``ctypes``, ``/proc``, IPython's history database, new processes, links and renames, and
-   replacing a function's code are refused to everyone; a frame inside a mystery part (or below
+   replacing a function's code (but by ``switched_off``, with a stand-in that only raises, and
+   back) are refused to everyone; a frame inside a mystery part (or below
    one) is refused to everyone, a library's helper too; any frame is refused to a notebook's code;
    a part keeps its function as a local of a suspended generator (``course.exercises.mystery.Part``), and
    that generator cannot be opened;
@@ -34,19 +35,23 @@ submission registered one), and, in the child, before any learner code runs:
    until now), storing no answer: before the fork they existed nowhere;
 4. runs the calls in a fresh thread (whose stack holds none of the test's frames), in an order
    shuffled from ``os.urandom``, each from the same random state, so the position of a call says
-   nothing; the thread's own arguments (reachable by any code) are an emptied box by then, and the
+   nothing; the thread is started with ``_thread`` (no ``threading.Thread`` holds its arguments),
+   the box it takes its work from is empty by then, and the
    child's main frame keeps every case, its fields and its parts' generators alive, so learner code
-   can free nothing of a draw and no reference count changes to say which function a part held.
+   can free nothing of a draw and no reference count changes to say which function a part held;
+5. once the calls began, the main thread calls only what it bound before (``_child_tail``): it waits
+   for every thread started since to end, and reads the results with primitives, as plain data;
+   with ``then`` (``check_fix``), it then switches the functions of 2. on again and checks each
+   result on a thread of its own whose first frame is in a sealed file.
 
 Only plain data comes back, as JSON over a pipe, with a random token that no learner code can reach
-(it lives on the main thread's stack, and no route there is open): a bool, a string, a fix's
+(it lives on the main thread's stack, where no learner code runs: ``_child_tail``): a bool, a string, a fix's
 signature, or the exception a call raised (its type, message, and the names and lines of the
 notebook's own functions it passed). What the learner's code printed comes back too and is printed
 on stdout (a warning never costs the cell).
 
-Limits, stated plainly. Learner code that runs *outside* a graded call (an ordinary cell, or a
-part of a fix that the test trains in the kernel) is not isolated: it can read the answers of the
-notebook's visible draws, which is why every graded cell also grades fresh draws made inside the
+Limits, stated plainly. Learner code that runs *outside* a graded call (an ordinary cell) is not
+isolated: it can read the answers of the notebook's visible draws, which is why every graded cell also grades fresh draws made inside the
 test cell with a salt the learner never sees. A draw the test cell makes with ``mystery.make``
 (not ``hidden``) exists in the kernel while the test runs: there, only the grading guard's restore
 keeps planted code from running beside it. ``pristine`` puts back code, not data, and only for the
@@ -58,6 +63,7 @@ Where ``os.fork`` does not exist (Windows), ``run_apart`` calls in-process and s
 
 from __future__ import annotations
 
+import _thread
 import ast
 import builtins
 import dis
@@ -69,10 +75,12 @@ import os
 import re
 import select
 import signal
+import stat
 import sys
 import threading
+import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 # The primitives, bound when the package is imported (the grading kernel imports ``course`` before
@@ -82,11 +90,12 @@ _pipe, _read, _write, _close, _dup2 = os.pipe, os.read, os.write, os.close, os.d
 _exit_now, _kill, _getpid, _waitpid, _urandom = os._exit, os.kill, os.getpid, os.waitpid, os.urandom
 _select = select.select
 _TextIOWrapper, _FileIO = io.TextIOWrapper, io.FileIO
-_addaudithook, _getframe, _current_frames = sys.addaudithook, sys._getframe, sys._current_frames
-_get_ident, _active_threads = threading.get_ident, threading._active  # ident -> Thread, threading's own dict
+_addaudithook, _getframe = sys.addaudithook, sys._getframe
 _base_getattribute = object.__getattribute__
-_referents = gc.get_referents
 _Thread = threading.Thread
+_start_new_thread, _allocate_lock, _thread_count = _thread.start_new_thread, _thread.allocate_lock, _thread._count
+_sleep = time.sleep
+_encode_json_str = json.encoder.encode_basestring_ascii  # C, as json.dumps writes a str
 _dumps, _loads = json.dumps, json.loads
 _FunctionType, _ModuleType = types.FunctionType, types.ModuleType
 _isinstance, _type, _getattr, _tuple = isinstance, type, getattr, tuple
@@ -95,6 +104,9 @@ _compile, _line_cache = compile, linecache.cache  # the dict IPython's compiler 
 _parse, _walk, _Import, _ImportFrom, _Name, _Store = ast.parse, ast.walk, ast.Import, ast.ImportFrom, ast.Name, ast.Store
 
 from . import pristine as _pristine  # noqa: E402
+from ..toolkit.guards import switched_off as _switched_off  # noqa: E402
+
+_SWITCHER_CODE = _switched_off.__wrapped__.__code__  # the one frame that may swap a __code__ once sealed
 
 _pristine.record()
 _restore = _pristine.restore
@@ -133,7 +145,8 @@ def _make_hook(keeper_code=None):
       ``gi_frame``, to anyone (a library's helper too: ``inspect.getgeneratorlocals``,
       ``traceback.walk_stack``), and a part's generator itself (``gi_frame``, ``gi_code``);
     * any frame to a notebook's code (code outside the installed libraries and ``course``);
-    * replacing a function's ``__code__``, and copying a function of ``course`` (``types.FunctionType``
+    * replacing a function's ``__code__`` (but in ``switched_off``'s own frame: a stand-in of
+      ``_raiser``'s shape, and back the code it replaced), and copying a function of ``course`` (``types.FunctionType``
       on its code object) from code outside the package: a copy is not switched off with it;
     * opening anything under ``/proc`` or IPython's profile folder (its history database), or any
       ``*.sqlite`` file.
@@ -142,36 +155,52 @@ def _make_hook(keeper_code=None):
     (``course.exercises.mystery._keeper``, whose frame keeps what it reads and is itself refused).
 
     Everything it uses is bound here, in the hook's own closure: rebinding the module's names
-    later changes nothing. Only the hook (which no Python object references) holds its state."""
+    later changes nothing, and nothing of anyone else's runs inside it (its checks are suspended
+    while it runs). Only the hook (which no Python object references) holds its state."""
     sealed, inside = [False], [False]
     denied, prefixes, frame_attrs = DENIED_EVENTS, DENIED_PREFIXES, FRAME_ATTRIBUTES
     libraries, course_dir, sealed_files = _LIBRARY_DIRS, _COURSE_DIR, _SEALED_FILES
-    getframe, isinstance_, str_, bytes_ = sys._getframe, isinstance, str, bytes
-    fsdecode, abspath, realpath, normpath = os.fsdecode, os.path.abspath, os.path.realpath, os.path.normpath
+    getframe, type_, str_, bytes_, len_, id_ = sys._getframe, type, str, bytes, len, id
+    issubclass_, startswith, endswith, join = issubclass, str.startswith, str.endswith, "".join
+    decode, sealed_error = bytes.decode, Sealed
     frame_type, traceback_type, generator_type = types.FrameType, types.TracebackType, types.GeneratorType
-    code_type, own_copiers = types.CodeType, frozenset({"<module>"})  # the gates are made before the seal
-    holder_codes = set()
-    ipython_dir = realpath(os.path.expanduser("~/.ipython")) + os.sep
+    code_type, function_type = types.CodeType, types.FunctionType
+    own_copier = "<module>"  # the gates are made before the seal
+    switcher_code, raiser_shaped, replaced = _SWITCHER_CODE, _raiser_shape(), {}
+    holder_codes: list = []
+    resolve = _path_resolver()
+    ipython_dir = resolve(os.path.expanduser("~/.ipython")) + os.sep
     message = "{} is not allowed while your answer is graded: test the pipeline's behaviour instead"
     debugger = ("{} is not allowed while your answer is graded (a debugger or tracer does not run "
                 "inside a graded call): call your function in a cell of its own to debug it")
 
+    # Nothing in here may run code of anyone else's: every check is suspended while the hook runs
+    # (``inside``), so code run from here could walk the garbage collector. Hence: types compared by
+    # identity (``isinstance`` reads ``__class__``, ``in`` calls ``__eq__``); a string that may be a
+    # subclass read with ``str``'s own methods, never formatted; every name bound above; paths
+    # resolved with the OS's primitives (``_path_resolver``), not ``posixpath``.
     def library(filename) -> bool:
-        return filename.startswith(libraries) or filename.startswith(course_dir) or filename.startswith("<frozen ")
+        return startswith(filename, libraries) or startswith(filename, course_dir) or startswith(filename, "<frozen ")
 
     def chain_sealed(frame) -> bool:
         while frame is not None:
-            if frame.f_code.co_filename.startswith(sealed_files):
+            if startswith(frame.f_code.co_filename, sealed_files):
                 return True
             frame = frame.f_back
         return False
 
+    def held(code) -> bool:
+        for c in holder_codes:
+            if c is code:
+                return True
+        return False
+
     def why(event, args):
-        if event in denied or event.startswith(prefixes):
-            return debugger.format(event) if event in ("sys.settrace", "sys.setprofile") else message.format(event)
+        if event in denied or startswith(event, prefixes):
+            return debugger.format(event) if event == "sys.settrace" or event == "sys.setprofile" else message.format(event)
         if event == "sys._getframe":
-            frame = args[0] if args else None
-            if frame is None:
+            frame = args[0] if len_(args) else None
+            if type_(frame) is not frame_type:
                 return None
             # refused: a notebook's frame (``inspect.currentframe()``), a frame in or below a mystery
             # part. Not refused: a library frame to a notebook's code (``sys._getframe(1)`` from the
@@ -181,44 +210,71 @@ def _make_hook(keeper_code=None):
             if not library(frame.f_code.co_filename) or chain_sealed(frame):
                 return message.format("sys._getframe")
             return None
-        if event == "object.__getattr__" and len(args) > 1 and args[1] in frame_attrs:
+        if event == "object.__getattr__" and len_(args) > 1 and type_(args[1]) is str_ and args[1] in frame_attrs:
             obj, attr = args[0], args[1]
-            if isinstance_(obj, generator_type) and obj.gi_code in holder_codes:
+            kind = type_(obj)
+            if kind is generator_type and held(obj.gi_code):
                 if attr == "gi_frame" and keeper_code is not None and getframe(2).f_code is keeper_code:
                     return None
                 return message.format(f"opening a mystery part (.{attr})")
-            frame = obj if isinstance_(obj, frame_type) else \
-                obj.tb_frame if isinstance_(obj, traceback_type) else \
-                obj.gi_frame if isinstance_(obj, generator_type) else None
+            frame = obj if kind is frame_type else obj.tb_frame if kind is traceback_type else \
+                obj.gi_frame if kind is generator_type else None
             if frame is not None and chain_sealed(frame):
                 return message.format(f"reading .{attr} inside a mystery part")
             caller = getframe(2)
             if caller is None or not library(caller.f_code.co_filename):
                 return message.format(f"reading .{attr}")
             return None
-        if event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__":
-            return message.format("replacing a function's __code__")
-        if event == "function.__new__" and args and isinstance_(args[0], code_type) \
-                and args[0].co_filename.startswith(course_dir):
+        if event == "object.__setattr__" and len_(args) > 1 and type_(args[1]) is str_ and args[1] == "__code__":
+            # one frame may, two things: ``switched_off``'s own may put a stand-in that only raises
+            # (``_raiser``'s shape, checked here: its helpers can be rebound) in a function's place,
+            # and put back the code it replaced (a check of a fix's pipeline switches the package
+            # off around the fix's code). Nothing else: no code of anyone's choosing goes in.
+            fn, value = args[0], args[2] if len_(args) > 2 else None
+            if getframe(2).f_code is not switcher_code or type_(fn) is not function_type or type_(value) is not code_type:
+                return message.format("replacing a function's __code__")
+            stack = replaced.setdefault(id_(fn), [])
+            if raiser_shaped(value):
+                stack.append(fn.__code__)
+            elif stack and value is stack[-1]:
+                stack.pop()
+            else:
+                return message.format("replacing a function's __code__")
+            return None
+        if event == "function.__new__" and len_(args) and type_(args[0]) is code_type \
+                and startswith(args[0].co_filename, course_dir):
             # a copy of a package function (``types.FunctionType(f.__code__, ...)``) is not the
             # function that ``off=`` switched off. Only the package's own copies are made: at a
             # module's import (``nonfinite._bad``, a module first imported in this process). Any
             # other caller is refused, a package function that calls a callable handed to it too
             caller = getframe(2).f_code
-            if not (caller.co_filename.startswith(course_dir) and caller.co_name in own_copiers):
+            name = caller.co_name
+            if not (startswith(caller.co_filename, course_dir) and type_(name) is str_ and name == own_copier):
                 return message.format("copying a function of the course package")
-        if event == "open" and args and isinstance_(args[0], (str_, bytes_)):
-            path = fsdecode(args[0])
-            full = realpath(normpath(abspath(path)))
-            if normpath(abspath(path)).startswith("/proc/") or full.startswith("/proc/") \
-                    or full.startswith(ipython_dir) or full.endswith((".sqlite", ".sqlite-journal")):
-                return message.format(f"opening {path}")
+            return None
+        if event == "open" and len_(args):
+            path = args[0]
+            if issubclass_(type_(path), bytes_):
+                path = decode(path, "utf-8", "surrogateescape")
+            elif issubclass_(type_(path), str_):
+                path = join((path,))  # an exact str, whatever its class was
+            else:
+                return None
+            full = resolve(path)
+            if startswith(full, "/proc/") or full == "/proc" or startswith(full, ipython_dir) \
+                    or endswith(full, (".sqlite", ".sqlite-journal")):
+                return message.format("opening " + path)
         return None
 
     def hook(event, args):
+        if type_(event) is not str_:
+            return
         if event == "course.exercises.isolation.seal":
-            holder_codes.update(code for code in args if code is not None)
-            sealed[0] = True
+            if not sealed[0]:  # only the first: ``seal`` raises it once
+                for code in args:
+                    if type_(code) is code_type:
+                        holder_codes.append(code)
+                sealed[0] = True
             return
         if not sealed[0] or inside[0]:
             return
@@ -228,8 +284,85 @@ def _make_hook(keeper_code=None):
         finally:
             inside[0] = False
         if refused is not None:
-            raise Sealed(refused)
+            raise sealed_error(refused)
     return hook
+
+
+def _path_resolver():
+    """``resolve(path)``: the absolute path ``path`` (an exact ``str``) names once every symbolic link
+    is followed, as ``os.path.realpath`` gives it, made only with the OS's own functions (``lstat``,
+    ``readlink``, ``getcwd``) and ``str``'s methods, all bound here: the audit hook uses it, and code
+    run from there (a rebound ``posixpath`` function) would run with the seal suspended."""
+    lstat, readlink, getcwd, is_link, oserror = os.lstat, os.readlink, os.getcwd, stat.S_ISLNK, OSError
+    startswith, split, rfind, list_, reversed_ = str.startswith, str.split, str.rfind, list, reversed
+
+    def resolve(path: str) -> str:
+        if not startswith(path, "/"):
+            path = getcwd() + "/" + path
+        todo = list_(reversed_(split(path, "/")))
+        result, links = "", 0
+        while todo:
+            part = todo.pop()
+            if part == "" or part == ".":
+                continue
+            if part == "..":
+                result = result[:rfind(result, "/")] if result else ""
+                continue
+            candidate = result + "/" + part
+            try:
+                link = is_link(lstat(candidate).st_mode)
+            except oserror:
+                link = False
+            if link and links < 40:
+                links += 1
+                try:
+                    target = readlink(candidate)
+                except oserror:
+                    result = candidate
+                    continue
+                if startswith(target, "/"):
+                    result = ""
+                todo.extend(reversed_(split(target, "/")))
+            else:
+                result = candidate
+        return result or "/"
+    return resolve
+
+
+def _raiser_shape():
+    """``shaped(code)``: whether ``code`` does what a switched-off stand-in does and nothing else
+    (``course.toolkit.guards._raiser``): the same bytecode, names and exception table as a stand-in
+    made here with as many free variables (up to 16), and only strings and None for constants. So
+    it raises ``_course_grading_SwitchedOff(message)`` from its function's globals. Every template
+    is made now, before any learner code runs: ``shaped`` runs inside the audit hook."""
+    from ..toolkit.guards import _raiser as make
+
+    templates = []
+    for n in range(17):
+        names = [f"v{i}" for i in range(n)]
+        scope: dict = {}
+        exec(compile("def outer():\n" + "".join(f"    {v} = None\n" for v in names)
+                     + "    def f():\n        " + (f"({', '.join(names)},)" if names else "pass")
+                     + "\n    return f\n", "<template>", "exec"), scope)
+        templates.append(make(scope["outer"]()))
+    templates, type_, str_, bytes_, len_, zip_ = tuple(templates), type, str, bytes, len, zip
+
+    def shaped(code) -> bool:  # every value compared is first checked to be exactly a str or bytes
+        n = len_(code.co_freevars)
+        if n >= len_(templates):
+            return False
+        t = templates[n]
+        body, table, names = code.co_code, code.co_exceptiontable, code.co_names
+        if type_(body) is not bytes_ or type_(table) is not bytes_ or body != t.co_code                 or table != t.co_exceptiontable or len_(names) != len_(t.co_names):
+            return False
+        for a, b in zip_(names, t.co_names):
+            if type_(a) is not str_ or a != b:
+                return False
+        for c in code.co_consts:
+            if c is not None and type_(c) is not str_:
+                return False
+        return True
+    return shaped
 
 
 def seal() -> None:
@@ -255,115 +388,12 @@ def plain_str(text) -> str:
     return text if _type(text) is str else "?"
 
 
-_class_mro, _class_vars = type.__dict__["__mro__"].__get__, type.__dict__["__dict__"].__get__
-
-
-def _class_runs_notebook_code(kind: type) -> bool:
-    """Whether a class, or its metaclass, or any class of either's MRO, holds a function whose code is
-    outside the installed libraries and ``course`` (a method, or one held by a ``staticmethod``,
-    ``classmethod`` or ``property``). Read past any metaclass: nothing of the class runs."""
-    for cls in (*_class_mro(kind, type), *_class_mro(_type(kind), type)):
-        for value in _class_vars(cls, type).values():  # a mappingproxy over the class's own dict
-            for fn in _functions_held(value):
-                if _type(fn) is _FunctionType and not _library_file(fn.__code__.co_filename):
-                    return True
-    return False
-
-
-def _functions_held(value) -> tuple:
-    kind = _type(value)
-    if kind is _FunctionType:
-        return (value,)
-    if kind is staticmethod or kind is classmethod:
-        return (_base_getattribute(value, "__func__"),)
-    if kind is property:
-        return tuple(_base_getattribute(value, a) for a in ("fget", "fset", "fdel"))
-    return ()
-
-
-def _reaches_notebook_code(roots, limit: int = 5000) -> bool:
-    """Whether a notebook's code can be reached from ``roots`` through what they refer to (the
-    garbage collector's referents: a ``functools.partial``, a ``map``, a closure's cells and
-    defaults, an executor's queue of work): a function or code object outside the installed libraries
-    and ``course``, or an object or class whose class holds one (``_class_runs_notebook_code``). A
-    function's globals (its module) are not searched. Nothing of an object runs; more than ``limit``
-    objects counts as reached."""
-    seen, classes, todo = set(), {}, list(roots)
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if len(seen) > limit:
-            return True
-        kind = _type(obj)
-        if kind is _ModuleType:
-            continue
-        if id(kind) not in classes:
-            classes[id(kind)] = _class_runs_notebook_code(kind)
-        if classes[id(kind)] or (issubclass(kind, type) and _class_runs_notebook_code(obj)):
-            return True
-        if kind is _FunctionType:
-            defaults, keywords = obj.__defaults__, obj.__kwdefaults__
-            if not _library_file(obj.__code__.co_filename) or _type(defaults) not in (_tuple, _type(None)) \
-                    or _type(keywords) not in (dict, _type(None)):
-                return True
-            todo.extend(c.cell_contents for c in obj.__closure__ or () if _cell_full(c))
-            todo.extend(defaults or ())
-            todo.extend(dict.values(keywords or {}))
-        elif kind is types.CodeType:
-            if not _library_file(obj.co_filename):
-                return True
-        elif not issubclass(kind, type):
-            todo.extend(_referents(obj))
-    return False
-
-
 def _cell_full(cell) -> bool:
     try:
         cell.cell_contents
     except ValueError:
         return False
     return True
-
-
-def thread_idents() -> frozenset:
-    """The threads of this process that run Python code now (for ``other_threads``)."""
-    return frozenset(_current_frames())
-
-
-_THREAD_CALLS = frozenset({"_target", "_args", "_kwargs", "function", "args", "kwargs"})
-
-
-def other_threads(before: frozenset = frozenset()) -> list[str]:
-    """Threads other than the caller's that can run a notebook's code beside it: one whose stack
-    holds a frame of code outside the installed libraries and ``course``, and one not in ``before``
-    (``thread_idents()``, taken earlier) that is not a ``threading`` thread, or whose class, target,
-    timer function or their arguments reach such code (``_reaches_notebook_code``: an executor's
-    queued work included). A library's thread started meanwhile (tqdm's monitor, a sleep) is not one.
-    No attribute of a thread object is read. Not seen: a thread that ran before, in library code,
-    and is handed a notebook's code later (a callback queued on the kernel's I/O thread)."""
-    me, out = _get_ident(), []
-    for ident, frame in _current_frames().items():
-        if ident == me:
-            continue
-        top = frame
-        while frame is not None and _library_file(frame.f_code.co_filename):
-            frame = frame.f_back
-        if frame is not None:
-            out.append(f"a thread running {plain_str(frame.f_code.co_qualname)}")
-            continue
-        if ident in before:
-            continue
-        thread = dict.get(_active_threads, ident)
-        calls = None
-        if thread is not None and not _class_runs_notebook_code(_type(thread)):
-            state = _base_getattribute(thread, "__dict__")
-            calls = [v for k, v in dict.items(state) if _type(k) is str and k in _THREAD_CALLS] \
-                if _type(state) is dict else None
-        if calls is None or _reaches_notebook_code(calls):
-            out.append(f"a thread started while your function ran (now in {plain_str(top.f_code.co_qualname)})")
-    return out
 
 
 # ----- what the child forgets ---------------------------------------------------------------------
@@ -533,13 +563,24 @@ def _quiet_torch_stacks() -> None:
                 queued.clear()
 
 
+def _no_tqdm_monitor() -> None:
+    """tqdm starts a monitor thread at its first progress bar (``tqdm.monitor_interval``); in a
+    graded call's process every thread started since the calls began must have ended before their
+    results are read (``_child_tail``), so none is started there."""
+    std = _modules.get("tqdm.std")
+    if std is not None and _getattr(std, "tqdm", None) is not None:
+        std.tqdm.monitor_interval = 0
+
+
 _warmed = [False]
 
 
 def _warm_up() -> None:
-    """Run what torch imports lazily on a first optimizer step (``torch._dynamo``, ...) once in the
-    kernel, so a graded call's process never imports it from inside a mystery part, where a
-    library's own look at its caller's frame is refused."""
+    """Run what torch imports lazily on a first optimizer step (``torch._dynamo``, ...) and on a
+    first ``torch.save`` and ``torch.load`` (whose lazy import reads its caller's frame through
+    ``typing_extensions``) once in the kernel, so a graded call's process never imports it from
+    inside a mystery part or a fix's check, where a library's own look at its caller's frame is
+    refused (a red team's honest 07 restore failed its check that way, 2026-12-07)."""
     if _warmed[0]:
         return
     _warmed[0] = True
@@ -550,6 +591,10 @@ def _warm_up() -> None:
             p.grad = torch.zeros(1)
             opt.step()
         torch.nn.utils.clip_grad_norm_([p], 1.0)
+        buffer = io.BytesIO()
+        torch.save({"p": p.detach(), "step": opt.state_dict()}, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
     except Exception:  # noqa: BLE001 - warming up is an optimisation, never a failure
         pass
 
@@ -602,12 +647,17 @@ def private_helpers(functions: Iterable[Callable]) -> list[_FunctionType]:
     return [f for f in found.values() if id(f) not in {id(getattr(g, "__func__", g)) for g in functions}]
 
 
-def _library_only(original: _FunctionType, name: str):
-    """A suspended generator that calls ``original`` for the package's own code only: the caller
-    of the trampoline that sends to it must be a file of ``course``. The only reference to
-    ``original`` is a local of this frame (``course.exercises.mystery._holder`` explains why that holds)."""
+def _library_only(original: _FunctionType, name: str, lever=(False,), helper: bool = True, entry=None):
+    """A suspended generator that calls ``original`` for the package's own code only (a ``helper``:
+    the caller of the trampoline that sends to it must be a file of ``course``), or for no one (not
+    a ``helper``); once ``lever[0]`` is true, for everyone. The only references to ``original`` and
+    to ``lever`` are locals of this frame and of the frame that made it (``run_apart``'s child, which
+    no learner code can open; ``course.exercises.mystery._holder`` explains why that holds)."""
     from ..toolkit.guards import SwitchedOff
 
+    # bound now, before any learner code runs in this process: a rebound module name is not used
+    getframe, sealed, startswith, course_dir, base_exception = _getframe, Sealed, str.startswith, _COURSE_DIR, BaseException
+    switched_off = SwitchedOff
     request = yield
     while True:
         args, kwargs = request
@@ -615,18 +665,22 @@ def _library_only(original: _FunctionType, name: str):
         trampoline = caller = None
         try:
             try:
-                trampoline = _getframe(1)
-                caller = trampoline.f_back
-                ours = (trampoline.f_code.co_name == "_course_library_only"
-                        and trampoline.f_code.co_filename == __file__ and caller is not None
-                        and caller.f_code.co_filename.startswith(_COURSE_DIR))
-            except Sealed:
+                if lever[0]:
+                    ours = True
+                elif not helper:
+                    ours = False
+                else:
+                    trampoline = getframe(1)
+                    caller = trampoline.f_back
+                    ours = (trampoline.f_code is entry[0] and caller is not None
+                            and startswith(caller.f_code.co_filename, course_dir))
+            except sealed:
                 ours = False
             del trampoline, caller
             if not ours:
-                raise SwitchedOff(f"{name} is switched off while your answer is graded: write it yourself")
+                raise switched_off(f"{name} is switched off while your answer is graded: write it yourself")
             answer = (True, original(*args, **kwargs))
-        except BaseException as err:  # noqa: BLE001
+        except base_exception as err:  # noqa: BLE001
             answer = (False, err.with_traceback(None))
         del args, kwargs
         request = yield answer
@@ -649,24 +703,29 @@ def _trampoline(fn: _FunctionType, key: int) -> types.CodeType:
     return scope["_outer"]().__code__
 
 
-def _switch_off_for_good(functions: Sequence[Callable]) -> None:
+def _switch_off_for_good(functions: Sequence[Callable], lever: list | None = None) -> None:
     """In a graded call's process: ``functions`` raise ``SwitchedOff`` for everyone; their private
     helpers and copies (``private_helpers``) answer only the package's own code (a check that an
-    allowed tool uses keeps working for the tool, not for the notebook)."""
+    allowed tool uses keeps working for the tool, not for the notebook). With a ``lever`` (a list
+    that only the caller's frame holds), all of them answer everyone once ``lever[0]`` is set: the
+    check of a fix's pipeline (``run_apart``'s ``then``) runs after every decision is made."""
     from ..toolkit.guards import _functions, _raiser
 
     fns = _functions(functions)  # with the functions of course they wrap (``__wrapped__``)
-    for fn in private_helpers(fns):
+    for fn, helper in [(f, True) for f in private_helpers(fns)] + ([(f, False) for f in fns] if lever is not None else []):
         original = _FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         original.__kwdefaults__ = fn.__kwdefaults__
-        gate = _library_only(original, f"{fn.__module__}.{fn.__qualname__}")
+        entry = [_trampoline(fn, id(fn))]  # the gate knows its trampoline by identity
+        gate = _library_only(original, f"{fn.__module__}.{fn.__qualname__}", (False,) if lever is None else lever,
+                             helper, entry)
         next(gate)
         gates = fn.__globals__.setdefault("_course_isolation_gates", {})
         gates[id(fn)] = gate
-        fn.__code__ = _trampoline(fn, id(fn))
-        del original, gate
-    for fn in fns:
-        fn.__code__ = _raiser(fn)
+        fn.__code__ = entry[0]
+        del original, gate, entry
+    if lever is None:
+        for fn in fns:
+            fn.__code__ = _raiser(fn)
 
 
 # ----- results as plain data ------------------------------------------------------------------------
@@ -724,9 +783,13 @@ def _raise_error(info: dict) -> None:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One call's result: ``value`` (plain data) or ``error`` (a dict from the child)."""
+    """One call's result: ``value`` (plain data) or ``error`` (a dict from the child); with
+    ``run_apart``'s ``then``, ``then`` is what the check of the returned value found (a string, or
+    None). ``kept``: in the child only, what the call returned, for ``then``."""
     value: Any = None
     error: dict | None = None
+    then: Any = None
+    kept: Any = field(default=None, repr=False, compare=False)
 
     def get(self):
         """The value, or the call's exception raised again (same builtin type and message)."""
@@ -740,12 +803,21 @@ _warned_no_fork = [False]
 
 
 def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
-              off: Iterable[Callable] = (), rejects: tuple = ()) -> tuple[Outcome, ...]:
+              off: Iterable[Callable] = (), rejects: tuple = (), then: tuple | None = None) -> tuple[Outcome, ...]:
     """``(Outcome of encode(case, fn(case)) for case in cases)``, computed in a sealed child
     process that holds no answer (see the module docstring). ``encode`` runs in the child and must
     return JSON data; an exception in ``fn`` or ``encode`` becomes that case's error. ``rejects``:
     exception classes reported as ``"rejected"``. Raises AssertionError when the child dies without
-    answering (the message says how)."""
+    answering (the message says how).
+
+    ``then``: ``(make_checker, check)``, to check what each call returned, in the same child, once
+    every call has returned and every ``encode`` is written down (``course.exercises.mystery.check_fix``
+    trains a fix's pipeline there). ``make_checker()`` is called before any learner code runs in the
+    child and returns ``(checker, snap)``; ``snap(case)`` is taken then too. After the calls, the
+    functions in ``off`` answer again, and for each call that returned, ``checker(job)`` runs in a
+    thread of its own (its first frame is in a sealed file, so no code can read any frame of it)
+    and appends to ``job``'s list a string (what it found) or None; that is the Outcome's ``then``.
+    ``check``'s notebook names are checked too: see ``_names_read``."""
     # Until the fork, this process calls only primitives bound at import: code planted in anything
     # else (a random-state getter, IPython's accessor, a stream's flush) would run here with the
     # test's cases on the stack. (os.fork runs the fork handlers registered with
@@ -759,7 +831,20 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             _warned_no_fork[0] = True
         _restore()
         state = rng_state()
-        return _tuple(_call(fn, _realized(c), encode, rejects, state) for c in cases)
+        if then is None:
+            return _tuple(_call(fn, _realized(c), encode, rejects, state) for c in cases)
+        checker, snap = then[0]()
+        out = []
+        for c in cases:
+            case = _realized(c)
+            snapped = snap(case)
+            o = _call(fn, case, encode, rejects, state)
+            found, done = [], _allocate_lock()
+            done.acquire()
+            if o.error is None:
+                checker([(then[1], case, o.kept, _json_writer()(o.value), state, found, done, None, snapped, None)])
+            out.append(Outcome(value=o.value, error=o.error, then=found[0] if found else None))
+        return _tuple(out)
     token = _urandom(16).hex()
     result_r, result_w = _pipe()
     out_r, out_w = _pipe()
@@ -779,12 +864,18 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
                 print(f"[grading] this graded call ran on the package and libraries as first imported "
                       f"(put back: {', '.join(restored[:8])}{', ...' if len(restored) > 8 else ''})")
             state = rng_state()  # every call starts from it: the order of the calls changes nothing
-            _forget(_user_ns(), frame)
+            user_ns = _user_ns()
+            _str_keys_only(user_ns)
+            # what ``then``'s check reads of the notebook, as it is now, before the test's data is forgotten
+            watched = _names_read(then[1], user_ns) if then is not None else ({}, ())
+            _forget(user_ns, frame)
             del frame
             _reset_signals()  # a handler planted by the notebook would run on this thread's frames
             _quiet_torch_stacks()
+            _no_tqdm_monitor()
             _warm_up()
-            _switch_off_for_good(off)
+            lever = [False] if then is not None else None  # only this frame and the gates hold it
+            _switch_off_for_good(off, lever)
             seal()
             # hidden draws are made only now, sealed, on what was just put back: before the fork
             # their answers existed nowhere in this process tree but in the test's own source
@@ -793,32 +884,27 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             # parts' generators alive: whatever learner code drops, nothing of a draw is freed, so
             # no reference count changes to say which function a part held
             held = _tuple(_hold(c) for c in cases)
-            # each case under a random slot, in the order of the slots
+            # each case under a random slot: the calls run in the order of the slots
             slots = [_urandom(8).hex() for _ in cases]
-            shuffled = _tuple(sorted(zip(slots, cases), key=lambda sc: sc[0]))
+            pairs = list(zip(slots, cases))  # in the cases' order, which the reply keeps
             del cases
-            results: dict = {}
-            # the worker thread's own target and arguments are reachable by any code
-            # (threading.current_thread()): they hold only an empty box once the worker has
-            # taken its work into its frame's locals
-            job = [(fn, shuffled, encode, rejects, results, state)]
-            worker = _Thread(target=_take_and_work, args=(job,), daemon=True)
-            del shuffled
-            worker.start()
-            worker.join()
-            del held
-            stream.flush()
-            payload = _dumps({"token": token, "results": [
-                {"value": results[s].value} if results[s].error is None else {"error": results[s].error}
-                for s in slots]})
+            if then is not None:
+                checker, snap = then[0]()  # before any learner code runs here: it binds what it uses
+                then = (checker, then[1], {slot: snap(case) for slot, case in pairs}, _pristine_baseline())
+            tail = _child_tail(token)  # from here on, this thread calls only what the tail bound now
         except BaseException as err:  # noqa: BLE001  (the child must answer whatever happened)
             payload = _dumps({"token": token, "failed": f"{_type(err).__name__}: {err}"})
-        data = payload.encode("utf-8")
+            data = payload.encode("utf-8")
+            try:
+                while data:
+                    data = data[_write(result_w, data):]
+            finally:
+                _exit_now(0)
+        exit_now = _exit_now
         try:
-            while data:
-                data = data[_write(result_w, data):]
+            tail(result_w, stream, fn, pairs, encode, rejects, state, then, lever, user_ns, watched, held)
         finally:
-            _exit_now(0)
+            exit_now(1)  # the tail ends the process itself; should it fail, the child still ends here
     _close(result_w)
     _close(out_w)
     status = None
@@ -865,7 +951,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
     if "failed" in message:
         _echo(text)
         raise AssertionError(f"the graded call could not run: {message['failed']}")
-    outcomes = _tuple(Outcome(error=r["error"]) if "error" in r else Outcome(value=r["value"])
+    outcomes = _tuple(Outcome(error=r["error"]) if "error" in r else Outcome(value=r["value"], then=r.get("then"))
                       for r in message["results"])
     del message
     _warm_up()  # here too, after the child: later graded calls need not import it again
@@ -905,9 +991,264 @@ def _hold(case) -> tuple:
     return held(case) if held is not None else (case,)
 
 
+def _names_read(check, ns: dict | None) -> tuple[dict, tuple]:
+    """What ``check`` reads of the notebook's namespace ``ns``: ``({name: value now}, ((function,
+    __defaults__, __kwdefaults__), ...))`` for every global name that its code reads, and the code
+    of each notebook function it reaches that way (through a name, a closure, ``functools.partial``
+    or a method), and each such function's defaults. Taken in a graded call's process before any
+    learner code runs there (and before the test's data is forgotten); ``run_apart``'s ``then``
+    puts them back before each check and fails a check during which one changed."""
+    import functools
+
+    names: dict = {}
+    defaults: list = []
+    if ns is None:
+        return names, ()
+    plain = {key: value for key, value in dict.items(ns) if _type(key) is str}  # no key's __eq__ runs
+    todo, seen = [check], set()
+    while todo:
+        fn = todo.pop()
+        if _type(fn) is functools.partial:
+            todo.extend([fn.func, *fn.args, *fn.keywords.values()])
+            continue
+        fn = _getattr(fn, "__func__", fn) if _type(fn) is types.MethodType else fn
+        if _type(fn) is not _FunctionType or id(fn) in seen or fn.__globals__ is not ns:
+            continue
+        seen.add(id(fn))
+        defaults.append((fn, fn.__defaults__, fn.__kwdefaults__))
+        todo.extend(c.cell_contents for c in (fn.__closure__ or ()) if _cell_full(c))
+        for name in sorted(_globals_read(fn.__code__)):
+            if name in plain:
+                names[name] = plain[name]
+                todo.append(plain[name])
+    return names, _tuple(defaults)
+
+
+def _globals_read(code: types.CodeType) -> set[str]:
+    """The global names ``code`` (and the code nested in it) loads: not its attribute names."""
+    out, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        out.update(i.argval for i in dis.get_instructions(c) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+        todo.extend(k for k in c.co_consts if _isinstance(k, types.CodeType))
+    return out
+
+
+def _str_keys_only(ns: dict | None) -> None:
+    """Drop every key of the notebook's namespace that is not exactly a ``str``, without comparing
+    it to anything (a planted key whose ``__eq__`` or ``__hash__`` is code would run on the first
+    lookup of a name it collides with): in a graded call's process, before anything reads a name."""
+    if _type(ns) is not dict:
+        return
+    kept = [(key, value) for key, value in dict.items(ns) if _type(key) is str]
+    if len(kept) != dict.__len__(ns):
+        dict.clear(ns)
+        dict.update(ns, kept)
+
+
+def _pristine_baseline():
+    """``lasting()``: what differs from the package and the libraries as they are now
+    (``pristine.changed``), with ``pristine``'s own module entries compared first; every name it
+    uses is bound here, in a graded call's process before any learner code runs there."""
+    changed, base = _pristine.changed, frozenset(_pristine.changed())
+    own, pdict, dict_get = _tuple(_pristine.__dict__.items()), _pristine.__dict__, dict.get
+    # and ``builtins`` (which ``pristine`` leaves to the grading kernel's guard): a builtin rebound
+    # in this process (``abs`` answering 0 to the check's comparisons, a red team's pass) stays
+    bdict, type_, str_ = builtins.__dict__, type, str
+    bold = {key: value for key, value in dict.items(bdict) if type_(key) is str_}
+
+    def lasting() -> list:
+        out = [f"course.exercises.pristine.{key} (replaced)" for key, value in own if dict_get(pdict, key) is not value]
+        if out:
+            return out
+        out = [f"builtins.{key} (replaced)" for key, value in bold.items() if dict_get(bdict, key) is not value]
+        out += [f"builtins.{key} (added)" for key, _ in dict.items(bdict) if type_(key) is not str_ or key not in bold]
+        return out + [change for change in changed() if change not in base]
+    return lasting
+
+
+def _json_writer():
+    """``as_json(value)``: plain data (a dict with ``str`` keys, a list or tuple, a ``str``, ``int``,
+    ``float``, ``bool`` or None, each of exactly that type) as JSON text, or None for anything else.
+    No method of the value runs, and every name used is bound now (``_child_tail``)."""
+    type_, str_, int_, float_, dict_, list_, tuple_ = _type, str, int, float, dict, list, _tuple
+    encode_str, int_repr, float_repr, dict_items, inf = _encode_json_str, int.__repr__, float.__repr__, dict.items, float("inf")
+
+    def as_json(value, depth=0):
+        if depth > 64:
+            return None
+        if value is None:
+            return "null"
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        kind = type_(value)
+        if kind is str_:
+            return encode_str(value)
+        if kind is int_:
+            return int_repr(value)
+        if kind is float_:
+            return "NaN" if value != value else "Infinity" if value == inf else "-Infinity" if value == -inf \
+                else float_repr(value)
+        parts = []
+        if kind is list_ or kind is tuple_:
+            for item in value:
+                text = as_json(item, depth + 1)
+                if text is None:
+                    return None
+                parts.append(text)
+            return "[" + ",".join(parts) + "]"
+        if kind is dict_:
+            for key, item in dict_items(value):
+                text = as_json(item, depth + 1) if type_(key) is str_ else None
+                if text is None:
+                    return None
+                parts.append(encode_str(key) + ":" + text)
+            return "{" + ",".join(parts) + "}"
+        return None
+    return as_json
+
+
+_NOT_PLAIN = ('{"error":{"error":"error","type":"TypeError","message":"the graded call\'s result was '
+              'changed after it returned, or is not plain data"}}')
+
+
+def _child_tail(token: str):
+    """The rest of a graded call's child process, from its first learner call on: run the calls on
+    a worker thread, check what they returned (``run_apart``'s ``then``) on a thread each, write the
+    reply to the parent and end the process. This, the child's main thread, holds the reply's token
+    on its frames, and learner code runs meanwhile on the other threads and may rebind any module's
+    names (this module's, ``builtins``', ``json``'s, ``threading``'s); so the tail calls only what it
+    binds here, in its closure, before the first call, and no code of the learner's can run on
+    this thread:
+
+    * what the calls left is read with primitives, as plain data of exact types (a call's
+      ``Outcome`` through its instance dict, every dict by iterating its items: a lookup would
+      compare keys, a key's ``__eq__`` being code; ``_json_writer``);
+    * nothing the calls made is freed here (a finalizer would run on this thread): every object read
+      is kept until the process ends, and once the other threads have ended the collector is
+      frozen (``gc.freeze``), so no garbage of theirs is collected here either;
+    * no exception of a class anyone can change is raised here, the stream is flushed on a thread
+      of its own, and a reply of failure is made now, before the first call."""
+    start, new_lock, count, sleep, range_, freeze = _start_new_thread, _allocate_lock, _thread_count, _sleep, range, gc.freeze
+    type_, getattribute, dict_items, outcome, str_, dict_, len_ = _type, _base_getattribute, dict.items, Outcome, str, dict, len
+    write, exit_now, flush, encode_str, base_exception = _write, _exit_now, _TextIOWrapper.flush, _encode_json_str, BaseException
+    work, as_json, tuple_, not_plain, sort, first = _take_and_work, _json_writer(), _tuple, _NOT_PLAIN, sorted, _first
+    head = '{"token":' + encode_str(token)
+    still_running = (head + ',"failed":' + encode_str(
+        "code of your function was still running 2 s after the calls returned (a thread of its own, or a "
+        "call that did not return in time): a graded function must return, and leave nothing running") + "}").encode("utf-8")
+    failed = (head + ',"failed":"the graded call\'s process failed"}').encode("utf-8")
+
+    def alone(n: int) -> bool:
+        """Whether every thread started since ``count()`` was ``n`` has ended (waits up to 2 s)."""
+        for _ in range_(2000):
+            if count() <= n:
+                return True
+            sleep(0.001)
+        return False
+
+    def send(data: bytes) -> None:
+        try:
+            while data:
+                data = data[write(result_w_[0], data):]
+        finally:
+            exit_now(0)
+
+    def plain_fields(obj) -> dict:
+        """``obj``'s instance dict as a new dict of its exact-str keys, read without a lookup."""
+        out = {}
+        fields = getattribute(obj, "__dict__")
+        if type_(fields) is dict_:
+            for key, value in dict_items(fields):
+                if type_(key) is str_:
+                    out[key] = value
+        return out
+
+    result_w_ = [None]
+
+    def tail(result_w, stream, fn, pairs, encode, rejects, state, then, lever, user_ns, watched, held):
+        result_w_[0] = result_w
+        keep = [held]  # everything read from the calls stays alive here until the process ends
+        try:
+            threads = count()
+            results: dict = {}
+            keep.append(results)
+            done = new_lock()
+            done.acquire()
+            # the worker's own arguments hold only an empty box once it has taken its work
+            start(work, ([(fn, tuple_(sort(pairs, key=first)), encode, rejects, results, state, done)],))
+            done.acquire()
+            if not alone(threads):
+                send(still_running)
+            freeze()
+            mine = {}
+            for key, value in dict_items(results):
+                if type_(key) is str_:
+                    mine[key] = value
+            keep.append(mine)
+            rows = []
+            for slot, case in pairs:
+                got = mine.get(slot)
+                row = None
+                if type_(got) is outcome:
+                    fields = plain_fields(got)
+                    keep.append(fields)
+                    error = fields.get("error")
+                    text = as_json(error if error is not None else fields.get("value"))
+                    row = None if text is None else [error is not None, text, fields.get("kept"), case, slot, None]
+                rows.append(row)
+            if then is not None:
+                checker, check, snaps, lasting = then
+                lever[0] = True  # every decision is written down: the switched-off functions answer again
+                for row in rows:
+                    if row is None or row[0]:
+                        continue
+                    found = []
+                    keep.append(found)
+                    done = new_lock()
+                    done.acquire()
+                    start(checker, ([(check, row[3], row[2], row[1], state, found, done, (user_ns, watched),
+                                      snaps.get(row[4]), lasting)],))
+                    done.acquire()
+                    if not alone(threads):
+                        send(still_running)
+                    freeze()
+                    verdict = found[0] if len_(found) else "the check of your fixed pipeline did not finish"
+                    row[5] = verdict if verdict is None or type_(verdict) is str_ else "?"
+            flushed = new_lock()
+            flushed.acquire()
+            start(flush_and_release, (stream, flushed))  # the stream's objects are the learner's to change
+            flushed.acquire(True, 2)
+            parts = []
+            for row in rows:
+                parts.append(not_plain if row is None else '{"error":' + row[1] + "}" if row[0] else
+                             '{"value":' + row[1] + ',"then":' + as_json(row[5]) + "}")
+            payload = head + ',"results":[' + ",".join(parts) + "]}"
+        except base_exception:
+            send(failed)
+        send(payload.encode("utf-8"))
+
+    def flush_and_release(stream, flushed) -> None:
+        try:
+            flush(stream)
+        finally:
+            flushed.release()
+    return tail
+
+
+def _first(pair):
+    return pair[0]
+
+
 def _take_and_work(job: list) -> None:
-    work = job.pop()  # the box the thread object holds is empty before any learner code runs
-    _work(*work)
+    work = job.pop()  # the box the thread's caller holds is empty before any learner code runs
+    done = work[-1]
+    try:
+        _work(*work[:-1])
+    finally:
+        done.release()
 
 
 def _work(fn, shuffled, encode, rejects, results, state) -> None:
@@ -941,6 +1282,7 @@ def _call(fn, case, encode, rejects, state=None) -> Outcome:
     if state is not None:
         set_rng_state(state)
     try:
-        return Outcome(value=encode(case, fn(case)))
+        result = fn(case)
+        return Outcome(value=encode(case, result), kept=result)
     except BaseException as err:  # noqa: BLE001
         return Outcome(error=_describe_error(err, rejects))

@@ -27,7 +27,7 @@ the test cell, with a hidden test's salt (and the course's key, when it has one)
 
 Grading a fix: ``touched(pipe)`` names the fields the bug lives in; ``check_fix`` applies a learner's
 ``fix`` and insists that every other part is the same object and every other setting an equal plain value, then hands the fixed pipeline to a
-behavioural check (train it on fresh seeds, look at the symptom).
+behavioural check (train it on fresh seeds, look at the symptom), all in the graded call's sealed process.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import gc
 import hashlib
+import json
 import marshal
 import math
 import random
@@ -59,8 +59,8 @@ from ..reference.train import Run
 from ..toolkit.batch import Batch
 from ..toolkit.salts import mixed as _mixed
 from ..toolkit.guards import SwitchedOff
-from .grading import captured_warnings, switched_off
-from .isolation import Sealed, other_threads, plain_str, rng_state, run_apart, set_rng_state, thread_idents
+from .grading import captured_warnings
+from .isolation import Sealed, plain_str, run_apart, set_rng_state
 
 _tuple = tuple
 
@@ -663,7 +663,7 @@ class Hidden:
     ``graded_calls``, ``check_fix``) take it wherever they take a drawn pipeline, and make the draw
     inside the graded call's sealed process (``course.exercises.isolation.run_apart``), after that
     process has put the package and the libraries back as first imported; ``check_fix`` makes it
-    again in the kernel after the graded call, to re-run the fix. Before the fork no draw exists and
+    again in the kernel after the graded call, only to read the fields its bug touched. Before the fork no draw exists and
     the registry holds no entry for it: what exists is this record, whose fields (the bug
     included) are plain data in the test cell, so no code of the submission's may run in the kernel
     while the test does (the grading kernel's guard; docs/grading-integrity.md). The
@@ -817,102 +817,132 @@ def check_fix(fix: Callable[[Pipeline], Pipeline], pipes: Iterable[Pipeline | Hi
     each, the fixed pipeline must keep every field the bug did not touch, and ``symptom(fixed)`` (a
     behavioural check that trains it, returning a problem or None) must find nothing.
 
-    ``fix`` decides apart, where no answer exists (``course.exercises.isolation.run_apart``; a
-    ``Hidden`` draw is made only there), with ``reveal``, ``draw``, ``make``, ``touched`` and the
-    functions in ``off`` (and their private helpers) switched off: what comes back is its
-    ``fix_decision`` (which fields it changed, and to what kind of value). Which fields changed is
-    judged on that decision alone (``_kept_verdict``), before any code of the fix's runs in this
-    process: a draw that fails there is not re-run. The fixed pipeline itself cannot cross a process
-    (a part may wrap the original parts, or close over values), so ``fix`` runs once more here, from
-    the same random state, with the listed functions switched off, and its result must have the same
-    signature: a fix that changes other fields, or to other kinds of value, fails. The result must
-    be a plain ``Pipeline``: its fields are read once, and a new ``Pipeline`` made of them is what
-    is trained. What a new value carries (a closure's cells, defaults, attributes) is not compared.
+    The whole check runs in a graded call's sealed process, where no answer exists
+    (``course.exercises.isolation.run_apart``; a ``Hidden`` draw is made only there); no code of the
+    fix's runs in this process. There, ``fix`` runs on every draw with ``reveal``, ``draw``,
+    ``make``, ``touched`` and the functions in ``off`` (and their private helpers) switched off, and
+    each decision is written down as plain data (``fix_decision``: which fields it changed, and to
+    what kind of value). Only then are those functions switched on again and each fixed pipeline
+    checked, on a thread of its own whose frames no code can read (``_fix_checker``): the pipeline
+    must be the one decided (its ``fix_decision`` read again), the draw it was given unchanged, and
+    then ``symptom`` trains a plain ``Pipeline`` rebuilt from its fields, from the graded call's random
+    state. Back here, which fields changed is judged against the fields each draw's bug touched
+    (``_kept_verdict``), on the decision alone; a draw whose decision passes must also pass the
+    symptom.
 
-    From the end of the re-run to that comparison, nothing the fix returned is called: its fields
-    are described by type identity and what CPython stores, and compared with ``==`` on plain types
-    only; the garbage collector is held and every returned object kept alive, so no finalizer runs;
-    a thread that could run the learner's code beside the test fails the draw
-    (``course.exercises.isolation.other_threads``); the helpers used are bound before the re-run. Not
-    stopped, because it acts on the whole process: a trace, profile or signal handler the re-run
-    installs, a patch of what those helpers call that restores itself, a thread started without
-    ``threading`` that has not run yet. With those, the re-run, and then the symptom's training of
-    the fix's own parts, the learner's code runs in this process, where the answers are (the test
-    cell's source, each draw's touched fields), and can make the pipeline that is trained differ
-    from the one judged apart, or change the symptom's verdict (on Python 3.11 a trace function can
-    even rewrite this function's variables); short of that, the fields the fix changed were judged
-    apart, so it must have found the broken ones (docs/grading-integrity.md states what is left).
-    Swapping a function's code or a module's binding for good voids the test (the grading kernel's
-    guard compares them after it)."""
-    # bound here, before any code of the fix's runs in this process: a module global that the
-    # re-run rebinds (and that puts itself back when called) is not what this call uses
-    frozen, signature_of, fields_of, idents, others = _frozen, _signature_of, _fields_of, thread_idents, other_threads
-    held, hold, release, as_tuple = _gc_isenabled, _gc_disable, _gc_enable, _tuple
+    What the fix's code can still do (docs/grading-integrity.md): it runs beside the symptom's
+    training in the graded process, where no answer exists, so it can make the symptom's verdict
+    wrong only by changing the code the check runs on; a change that stays (a package or library
+    function, a notebook name or default the symptom reads) fails the draw, one that puts itself back
+    before the check looks, or that rewrites the grader's own records, is not seen. Either way the
+    fields it changed were judged on what it chose where no answer existed, so it must have found
+    the broken ones. What a new value carries (a closure's cells, defaults, attributes) is not
+    compared."""
     pipes = list(pipes)
     assert pipes, "grade a fix on at least one draw"
     off = (reveal, draw, make, touched, *off)
-    # What was decided apart: which fields the fix changed, and to what kinds of value.
-    decided = _tuple(o.get() for o in run_apart(fix, pipes, fix_decision, off=off))
-    # Each draw as the fix will get it, the fields its bug touched, and the verdict on what the fix
-    # changed, from the decision made apart alone: all fixed before the fix runs in this process.
-    # The re-run and the symptom's training run the learner's code here, where any frame can be
-    # read: it may read these, but the fields the fix changed were judged on what it chose apart,
-    # where no answer existed.
-    drawn = []
-    for case, decision in zip(pipes, decided):
+    outcomes = run_apart(fix, pipes, fix_decision, off=off, then=(_fix_checker, symptom))
+    decided = _tuple((o.get(), o.then) for o in outcomes)  # the fix's own error, raised again here
+    failures, hidden_failed = (), 0
+    for i, (case, (decision, found)) in enumerate(zip(pipes, decided)):
         if type(case) is Hidden:
             pipe, secret = case._course_realize()
             allowed = _tuple(secret.touched)
             del secret
         else:
             pipe, allowed = case, _tuple(touched(case))
-        kept = _kept_verdict(decision, allowed, _settings_of(pipe))
-        drawn.append((pipe, kept, None if kept else frozen(decision["signature"])))
-    drawn = _tuple(drawn)
-    del pipes, decided
-    state = rng_state()
-    failures, returned = (), []
-    for i, (pipe, problems, apart) in enumerate(drawn):
-        if not problems:
-            set_rng_state(state)
-            before = idents()
-            with switched_off(*off), captured_warnings():  # warnings are printed while still switched off
-                fixed = fix(pipe)
-            # The re-run must have made the pipeline that was judged apart. From here to that check,
-            # nothing the fix returned is called: its fields are read once (past any attribute hook),
-            # described by type identity, and that read is what the symptom trains; the garbage
-            # collector is held and every returned object kept alive, so no finalizer runs; a thread
-            # that could run the fix's code beside the test fails the draw. A process-wide hook the
-            # re-run installed (trace, profile, signal) is not stopped (docs/grading-integrity.md).
-            returned.append(fixed)
-            collecting = held()
-            hold()
-            try:
-                fields, problems = None, as_tuple(others(before))
-                if problems:
-                    problems = ("your fix left code of its own running beside the test: " + "; ".join(problems),)
-                elif type(fixed) is not Pipeline or \
-                        frozen(signature_of(fields_of(pipe), fields := fields_of(fixed))) != apart:
-                    problems = ("your fix chose differently in the kernel than in the copy of the kernel "
-                                "where it was graded; a fix must depend only on the pipeline it is given (not "
-                                "on counters, caches, the time or os.urandom)",)
-                del fixed
-            finally:
-                if collecting:
-                    release()
-        if not problems:
-            # the symptom trains the fixed pipeline: the fix's own parts (and finalizers of what its
-            # re-run left) run now, after the verdict above (docs/grading-integrity.md: what is left)
-            with captured_warnings():
-                found = symptom(Pipeline(**fields))
-            if found:
-                problems = (str(found),)
-        if problems:
+        problems = _kept_verdict(decision, allowed, _settings_of(pipe))
+        if not problems and found is not None:
+            problems = (str(found),)
+        if problems and type(case) is Hidden and "not_a_pipeline" not in decision:
+            # which fields were not broken, or what the symptom saw, would describe a hidden draw
+            # in the feedback: under one course key a later submission could answer from it
+            hidden_failed += 1
+        elif problems:
             failures = failures + (f"draw {i}: " + "; ".join(problems),)
+    if hidden_failed:
+        failures = failures + (f"{hidden_failed} of the hidden draws: your fix changed a part or setting the bug did "
+                               "not touch, left the broken part as it was, or the symptom remained (hidden draws "
+                               "say no more; the visible ones say what failed)",)
     assert not failures, f"your {what} did not hold up on fresh draws of the same bug: " + " | ".join(failures)
 
 
-_gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+_MISSING = object()
+_loads = json.loads
+
+
+def _fix_checker():
+    """``(checker, snap)`` for ``check_fix``'s ``run_apart(then=...)``, made in the graded call's
+    process before any learner code runs there: every function the checker calls is bound now.
+
+    ``snap(draw)``: the draw's fields, to compare after the fix ran. ``checker(job)`` runs on a
+    thread of its own (this file is sealed: no code can read its frames) and appends to the job's
+    list what it found, or None: that the package or a library changed for good since the fix first
+    ran (``lasting``), the draw was changed in place, the pipeline is not the one decided, what
+    ``symptom`` found on a plain ``Pipeline`` rebuilt from its fields, or that a notebook name or
+    default the symptom reads, or the package, changed while it ran. Before the symptom it puts back
+    the notebook's names and defaults that the symptom reads (``isolation._names_read``)."""
+    decision_of, loads, frozen, fields_of, pipeline = fix_decision, _loads, _frozen, _fields_of, Pipeline
+    signature_of = _signature_of
+    set_state, warnings_captured, type_, str_, tuple_, len_ = set_rng_state, captured_warnings, type, str, _tuple, len
+    dict_get, class_name, base_exception, missing, plain = dict.get, _class_name, BaseException, _MISSING, plain_str
+    any_, zip_ = any, zip
+
+    def snap(case) -> tuple:
+        return tuple_(fields_of(case).values()) if type_(case) is pipeline else (case,)
+
+    def rebound(watch) -> list:
+        """The notebook's names and defaults that the symptom reads and that differ now."""
+        ns, (names, defaults) = watch
+        out = [name for name, value in names.items() if dict_get(ns, name, missing) is not value]
+        out += [f"{fn.__qualname__}'s defaults" for fn, d, kd in defaults
+                if fn.__defaults__ is not d or fn.__kwdefaults__ is not kd]
+        return out
+
+    def put_back(watch) -> None:
+        ns, (names, defaults) = watch
+        for name, value in names.items():
+            ns[name] = value
+        for fn, d, kd in defaults:
+            fn.__defaults__, fn.__kwdefaults__ = d, kd
+
+    def judge(check, case, fixed, decided, state, watch, snapped, lasting):
+        changed = lasting() if lasting is not None else []
+        if changed:
+            return "your fix changed what its check runs on, in the graded process: " + "; ".join(changed[:6])
+        if watch is not None:
+            put_back(watch)
+        before = snap(case)
+        if any_(a is not b for a, b in zip_(before, snapped)):
+            return "your fix changed the pipeline it was given, in place: return a new one (pipe.replace(...))"
+        # what is trained is what is described: the returned fields, read once, into this frame
+        # (which no code can open); a returned object whose class or fields changed since its
+        # decision was written down fails here
+        if type_(fixed) is not pipeline:
+            same = frozen(decision_of(case, fixed)) == frozen(loads(decided))
+            return None if same else "your fix's pipeline changed after it was returned"
+        fields = fields_of(fixed)
+        if frozen({"signature": signature_of(fields_of(case), fields)}) != frozen(loads(decided)):
+            return "your fix's pipeline changed after it was returned"
+        set_state(state)
+        with warnings_captured():
+            found = check(pipeline(**fields))
+        changed = (lasting() if lasting is not None else []) + (rebound(watch) if watch is not None else [])
+        if changed:
+            return "while its pipeline was trained, your fix changed what its check runs on: " + "; ".join(changed[:6])
+        if found is None or type_(found) is str_:
+            return found or None
+        return str(found) if found else None
+
+    def checker(job: list) -> None:
+        check, case, fixed, decided, state, out, done, watch, snapped, lasting = job.pop()
+        try:
+            out.append(judge(check, case, fixed, decided, state, watch, snapped, lasting))
+        except base_exception as err:
+            out.append(f"checking your fixed pipeline raised {plain(class_name(type_(err), type_))}: {err}"[:2000])
+        finally:
+            done.release()
+    return checker, snap
 
 
 def _frozen(data):

@@ -21,9 +21,10 @@ process (``course.exercises.isolation``) empties the box before the learner's fu
 a hidden draw was mixed in the kernel (``mystery.hidden`` stores the mixed salt).
 
 Limits: the secret is in the kernel while its test cell runs, so learner code that runs then can
-read it: ``check_fix``'s re-run of a fix, or the finalizer of an object the kernel lets go of during
-the test (``docs/grading-integrity.md``, ``tests/test_guard_secret_reach.py``). The box is empty
-again before the next cell.
+read it: the finalizer of an object the kernel lets go of during the test (no test cell calls a
+learner's function in the kernel but notebook 10's GPU test; ``check_fix`` runs the fix apart:
+``docs/grading-integrity.md``, ``tests/test_guard_secret_reach.py``). The box is empty again before
+the next cell.
 """
 
 from __future__ import annotations
