@@ -865,3 +865,101 @@ def test_no_code_of_the_learners_runs_inside_the_seals_hook():
     assert not any("answered" in r for r in reached), f"code ran inside the seal's hook: {reached}"
     check = run_apart(lambda case: (_sneak("a call"), list(_SNEAKED))[1], [0], lambda case, value: value)[0].get()
     assert check == ["a call: refused"], "control: the seal refuses the collector to the same code"
+
+
+def _plants_a_main_thread_finalizer(log):
+    """A graded call that gets its finalizer run on the child's main thread after the calls (a
+    reviewer's probe, 2026-12-07): the child flushes the output stream, whose buffer the call
+    replaced with one that makes cyclic garbage after the collector was frozen and waits, so the
+    main thread collects it. The finalizer tries to read the frames there (the reply's token)."""
+    import io
+    import threading
+    import time
+    import _thread
+
+    def call(case):
+        main = threading.main_thread().ident
+
+        class Garbage:
+            def __del__(self):
+                if _thread.get_ident() != main:
+                    return
+                try:
+                    sys._getframe(1)
+                    outcome = "read a frame"
+                except Sealed:
+                    outcome = "refused"
+                with open(log, "a") as f:
+                    f.write(f"main thread: {outcome}\n")
+
+        class Buffer(io.RawIOBase):
+            def writable(self):
+                return True
+
+            def write(self, b):
+                return len(b)
+
+            def flush(self):
+                for _ in range(50):
+                    g = Garbage()
+                    g.cycle = g
+                del g
+                gc.set_threshold(1)
+                time.sleep(2.5)
+        io.TextIOWrapper.__init__(sys.stdout, Buffer())
+        return "honest"
+    return call
+
+
+def test_code_on_the_graded_calls_main_thread_reads_no_frame(tmp_path):
+    """Once the calls have begun, no frame can be read on the graded call's main thread, whose
+    frames hold the reply's token: a finalizer of the call's that runs there is refused, and the
+    reply is the call's own. A reply for fewer cases than were given is refused in the kernel (a
+    forged one with none had passed a constant detector). Control: here the same read succeeds."""
+    log = tmp_path / "main"
+    got = run_apart(_plants_a_main_thread_finalizer(log), [0], lambda case, value: value)
+    assert [o.get() for o in got] == ["honest"]
+    ran = log.read_text().splitlines()
+    assert ran and set(ran) == {"main thread: refused"}, f"the finalizer on the main thread: {ran}"
+    assert sys._getframe(0) is not None  # control: no seal here
+
+    def forges(case):  # the reply a forger would write: the right token, no results
+        return case
+    from course.exercises import isolation
+    real = isolation._loads
+    try:
+        isolation._loads = lambda text: dict(real(text), results=[])
+        with pytest.raises(AssertionError, match="another number of cases"):
+            run_apart(forges, [0, 1], lambda case, value: value)
+    finally:
+        isolation._loads = real
+
+
+def _dumps_the_stack(case):
+    import faulthandler
+    import tempfile
+    import tracemalloc
+    out = []
+    with tempfile.TemporaryFile() as f:
+        for name, call in (("faulthandler", lambda: faulthandler.dump_traceback(f, all_threads=True)),
+                           ("tracemalloc", lambda: tracemalloc.start(25))):
+            try:
+                call()
+                out.append(f"{name}: ran")
+            except Sealed:
+                out.append(f"{name}: refused")
+    return out
+
+
+def test_a_graded_call_cannot_dump_its_stack():
+    """``faulthandler`` writes every frame's file, line and function (inside a part, the bug's) with
+    no audit event, and ``tracemalloc`` keeps them for each allocation: a red team read 04's and
+    12's answers from such dumps (2026-12-07). In a graded call both are refused. Control: here
+    both run."""
+    assert run_apart(_dumps_the_stack, [0], lambda case, value: value)[0].get() == \
+        ["faulthandler: refused", "tracemalloc: refused"]
+    import tracemalloc
+    try:
+        assert _dumps_the_stack(0) == ["faulthandler: ran", "tracemalloc: ran"], "control: here they run"
+    finally:
+        tracemalloc.stop()

@@ -39,8 +39,9 @@ submission registered one), and, in the child, before any learner code runs:
    the box it takes its work from is empty by then, and the
    child's main frame keeps every case, its fields and its parts' generators alive, so learner code
    can free nothing of a draw and no reference count changes to say which function a part held;
-5. once the calls began, the main thread calls only what it bound before (``_child_tail``): it waits
-   for every thread started since to end, and reads the results with primitives, as plain data;
+5. once the calls began, the main thread calls only what it bound before, and no frame can be read
+   on it (``_child_tail``): it waits until the threads started since are counted ended, and reads
+   the results with primitives, as plain data (the parent checks there is one per case);
    with ``then`` (``check_fix``), it then switches the functions of 2. on again and checks each
    result on a thread of its own whose first frame is in a sealed file.
 
@@ -157,7 +158,9 @@ def _make_hook(keeper_code=None):
     Everything it uses is bound here, in the hook's own closure: rebinding the module's names
     later changes nothing, and nothing of anyone else's runs inside it (its checks are suspended
     while it runs). Only the hook (which no Python object references) holds its state."""
-    sealed, inside = [False], [False]
+    sealed, inside, locked = [False], set(), [False]  # ``inside``: the threads running the hook now
+    get_ident, gc_isenabled, gc_disable, gc_enable = _thread.get_ident, gc.isenabled, gc.disable, gc.enable
+    main_ident = get_ident()  # the hook is made on the graded call's main thread (``seal``)
     denied, prefixes, frame_attrs = DENIED_EVENTS, DENIED_PREFIXES, FRAME_ATTRIBUTES
     libraries, course_dir, sealed_files = _LIBRARY_DIRS, _COURSE_DIR, _SEALED_FILES
     getframe, type_, str_, bytes_, len_, id_ = sys._getframe, type, str, bytes, len, id
@@ -198,6 +201,11 @@ def _make_hook(keeper_code=None):
     def why(event, args):
         if event in denied or startswith(event, prefixes):
             return debugger.format(event) if event == "sys.settrace" or event == "sys.setprofile" else message.format(event)
+        if locked[0] and (event == "sys._getframe" or event == "object.__getattr__") and get_ident() == main_ident:
+            # once the calls have begun no frame is read on the main thread, whose frames hold the
+            # reply's token: a finalizer of the learner's can run there (``_child_tail``)
+            if event == "sys._getframe" or (len_(args) > 1 and type_(args[1]) is str_ and args[1] in frame_attrs):
+                return message.format("reading a frame on the graded call's main thread")
         if event == "sys._getframe":
             frame = args[0] if len_(args) else None
             if type_(frame) is not frame_type:
@@ -254,6 +262,11 @@ def _make_hook(keeper_code=None):
             return None
         if event == "open" and len_(args):
             path = args[0]
+            if len_(args) > 1 and args[1] is None and issubclass_(type_(path), (str_, bytes_)) \
+                    and not (startswith(path, "/") if issubclass_(type_(path), str_) else bytes_.startswith(path, b"/")):
+                # ``os.open`` (its event carries no mode) may take a directory's descriptor (``dir_fd``),
+                # which the event does not carry: a relative path could name anything
+                return message.format("os.open of a relative path")
             if issubclass_(type_(path), bytes_):
                 path = decode(path, "utf-8", "surrogateescape")
             elif issubclass_(type_(path), str_):
@@ -269,6 +282,9 @@ def _make_hook(keeper_code=None):
     def hook(event, args):
         if type_(event) is not str_:
             return
+        if event == "course.exercises.isolation.lock_main":  # anyone may: it only refuses more
+            locked[0] = True
+            return
         if event == "course.exercises.isolation.seal":
             if not sealed[0]:  # only the first: ``seal`` raises it once
                 for code in args:
@@ -276,13 +292,21 @@ def _make_hook(keeper_code=None):
                         holder_codes.append(code)
                 sealed[0] = True
             return
-        if not sealed[0] or inside[0]:
+        me = get_ident()
+        if not sealed[0] or me in inside:  # the hook's own frame reads, on this thread
             return
-        inside[0] = True
+        # this thread only (another thread's events are checked meanwhile), and with the collector
+        # off, so that no finalizer runs in here, where this thread's checks are suspended
+        inside.add(me)
+        collecting = gc_isenabled()
+        if collecting:
+            gc_disable()
         try:
             refused = why(event, args)
         finally:
-            inside[0] = False
+            if collecting:
+                gc_enable()
+            inside.discard(me)
         if refused is not None:
             raise sealed_error(refused)
     return hook
@@ -352,11 +376,19 @@ def _raiser_shape():
         if n >= len_(templates):
             return False
         t = templates[n]
-        body, table, names = code.co_code, code.co_exceptiontable, code.co_names
-        if type_(body) is not bytes_ or type_(table) is not bytes_ or body != t.co_code                 or table != t.co_exceptiontable or len_(names) != len_(t.co_names):
+        body, table = code.co_code, code.co_exceptiontable
+        names, local = code.co_names, code.co_varnames
+        if type_(body) is not bytes_ or type_(table) is not bytes_ or body != t.co_code:
             return False
-        for a, b in zip_(names, t.co_names):
+        if table != t.co_exceptiontable or len_(names) != len_(t.co_names) or len_(local) != len_(t.co_varnames):
+            return False
+        for a, b in zip_(names + local, t.co_names + t.co_varnames):
             if type_(a) is not str_ or a != b:
+                return False
+        for a, b in ((code.co_flags, t.co_flags), (code.co_argcount, t.co_argcount), (code.co_nlocals, t.co_nlocals),
+                     (code.co_kwonlyargcount, t.co_kwonlyargcount), (code.co_posonlyargcount, t.co_posonlyargcount),
+                     (code.co_stacksize, t.co_stacksize), (len_(code.co_consts), len_(t.co_consts))):
+            if a != b:
                 return False
         for c in code.co_consts:
             if c is not None and type_(c) is not str_:
@@ -570,6 +602,41 @@ def _no_tqdm_monitor() -> None:
     std = _modules.get("tqdm.std")
     if std is not None and _getattr(std, "tqdm", None) is not None:
         std.tqdm.monitor_interval = 0
+
+
+# C functions that write or keep the stack (file, line, function of every frame: in a part, the bug's)
+# with no audit event (a red team read 04's and 12's answers from faulthandler's dumps, 2026-12-07)
+_STACK_DUMPERS = {"faulthandler": ("dump_traceback", "dump_traceback_later", "register", "enable"),
+                  "tracemalloc": ("start", "take_snapshot", "get_object_traceback", "_get_traces", "_get_object_traceback"),
+                  "_tracemalloc": ("start", "_get_traces", "_get_object_traceback")}
+
+
+def _no_stack_dumps() -> None:
+    """In a graded call's process, before any learner code: ``faulthandler`` and ``tracemalloc``
+    are switched off (and their functions replaced in their modules, so an import finds the stand-ins).
+    A reference to one of them taken before the fork is not reached (docs/grading-integrity.md)."""
+    import faulthandler
+
+    faulthandler.disable()
+    faulthandler.cancel_dump_traceback_later()
+    for module_name, names in _STACK_DUMPERS.items():
+        module = _modules.get(module_name)
+        if module_name != "faulthandler" and module is None:
+            try:
+                module = __import__(module_name)
+            except ImportError:
+                continue
+        if module_name == "tracemalloc" and module.is_tracing():
+            module.stop()
+        for name in names:
+            if _getattr(module, name, None) is not None:
+                setattr(module, name, _refuses(f"{module_name}.{name}"))
+
+
+def _refuses(what: str):
+    def refused(*args, **kwargs):
+        raise Sealed(f"{what} is not allowed while your answer is graded: test the pipeline's behaviour instead")
+    return refused
 
 
 _warmed = [False]
@@ -873,6 +940,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             _reset_signals()  # a handler planted by the notebook would run on this thread's frames
             _quiet_torch_stacks()
             _no_tqdm_monitor()
+            _no_stack_dumps()
             _warm_up()
             lever = [False] if then is not None else None  # only this frame and the gates hold it
             _switch_off_for_good(off, lever)
@@ -951,6 +1019,9 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
     if "failed" in message:
         _echo(text)
         raise AssertionError(f"the graded call could not run: {message['failed']}")
+    if not _isinstance(message.get("results"), list) or len(message["results"]) != len(cases):
+        _echo(text)
+        raise AssertionError("the graded call's process answered for another number of cases than it was given")
     outcomes = _tuple(Outcome(error=r["error"]) if "error" in r else Outcome(value=r["value"], then=r.get("then"))
                       for r in message["results"])
     del message
@@ -1120,8 +1191,9 @@ def _child_tail(token: str):
     reply to the parent and end the process. This, the child's main thread, holds the reply's token
     on its frames, and learner code runs meanwhile on the other threads and may rebind any module's
     names (this module's, ``builtins``', ``json``'s, ``threading``'s); so the tail calls only what it
-    binds here, in its closure, before the first call, and no code of the learner's can run on
-    this thread:
+    binds here, in its closure, before the first call, and from its first line no frame can be read
+    on this thread, by anyone (the seal's ``lock_main``): a finalizer of the learner's can still run
+    here (garbage made after a freeze, by a thread's last finalizers), but finds nothing to use:
 
     * what the calls left is read with primitives, as plain data of exact types (a call's
       ``Outcome`` through its instance dict, every dict by iterating its items: a lookup would
@@ -1135,6 +1207,7 @@ def _child_tail(token: str):
     type_, getattribute, dict_items, outcome, str_, dict_, len_ = _type, _base_getattribute, dict.items, Outcome, str, dict, len
     write, exit_now, flush, encode_str, base_exception = _write, _exit_now, _TextIOWrapper.flush, _encode_json_str, BaseException
     work, as_json, tuple_, not_plain, sort, first = _take_and_work, _json_writer(), _tuple, _NOT_PLAIN, sorted, _first
+    audit = sys.audit
     head = '{"token":' + encode_str(token)
     still_running = (head + ',"failed":' + encode_str(
         "code of your function was still running 2 s after the calls returned (a thread of its own, or a "
@@ -1169,6 +1242,7 @@ def _child_tail(token: str):
     result_w_ = [None]
 
     def tail(result_w, stream, fn, pairs, encode, rejects, state, then, lever, user_ns, watched, held):
+        audit("course.exercises.isolation.lock_main")  # from now on no frame is read on this thread
         result_w_[0] = result_w
         keep = [held]  # everything read from the calls stays alive here until the process ends
         try:

@@ -886,7 +886,7 @@ def _fix_checker():
     signature_of = _signature_of
     set_state, warnings_captured, type_, str_, tuple_, len_ = set_rng_state, captured_warnings, type, str, _tuple, len
     dict_get, class_name, base_exception, missing, plain = dict.get, _class_name, BaseException, _MISSING, plain_str
-    any_, zip_ = any, zip
+    any_, zip_, sealed = any, zip, Sealed
 
     def snap(case) -> tuple:
         return tuple_(fields_of(case).values()) if type_(case) is pipeline else (case,)
@@ -939,7 +939,9 @@ def _fix_checker():
         try:
             out.append(judge(check, case, fixed, decided, state, watch, snapped, lasting))
         except base_exception as err:
-            out.append(f"checking your fixed pipeline raised {plain(class_name(type_(err), type_))}: {err}"[:2000])
+            hint = " (while it is checked, a part may not read a frame: no logging call, no traceback)" \
+                if type_(err) is sealed else ""
+            out.append(f"checking your fixed pipeline raised {plain(class_name(type_(err), type_))}: {err}{hint}"[:2000])
         finally:
             done.release()
     return checker, snap
