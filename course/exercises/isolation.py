@@ -78,7 +78,6 @@ import select
 import signal
 import stat
 import sys
-import threading
 import time
 import types
 from dataclasses import dataclass, field
@@ -93,7 +92,6 @@ _select = select.select
 _TextIOWrapper, _FileIO = io.TextIOWrapper, io.FileIO
 _addaudithook, _getframe = sys.addaudithook, sys._getframe
 _base_getattribute = object.__getattribute__
-_Thread = threading.Thread
 _start_new_thread, _allocate_lock, _thread_count = _thread.start_new_thread, _thread.allocate_lock, _thread._count
 _sleep = time.sleep
 _encode_json_str = json.encoder.encode_basestring_ascii  # C, as json.dumps writes a str
@@ -410,11 +408,6 @@ def seal() -> None:
     raise RuntimeError("the grading process could not be sealed")
 
 
-def _library_file(name) -> bool:
-    return _type(name) is str and (name.startswith(_LIBRARY_DIRS) or name.startswith(_COURSE_DIR)
-                                   or name.startswith("<frozen "))
-
-
 def plain_str(text) -> str:
     """``text`` if it is exactly a ``str``, else ``"?"``: formatting a subclass would run its code."""
     return text if _type(text) is str else "?"
@@ -667,13 +660,18 @@ def _warm_up() -> None:
 
 
 # ----- switching off, for good, in the child --------------------------------------------------------
+def _codes_in(code: types.CodeType) -> list[types.CodeType]:
+    """``code`` and every code object nested in it (its functions, comprehensions, classes)."""
+    out, todo = [], [code]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(k for k in c.co_consts if _isinstance(k, types.CodeType))
+    return out
+
+
 def _names_in(fn) -> set[str]:
-    codes, names = [fn.__code__], set()
-    while codes:
-        code = codes.pop()
-        names.update(code.co_names)
-        codes.extend(c for c in code.co_consts if _isinstance(c, types.CodeType))
-    return names
+    return {name for code in _codes_in(fn.__code__) for name in code.co_names}
 
 
 # Modules whose private functions are the pipeline's own working parts (stored in parts, called by
@@ -1097,12 +1095,8 @@ def _names_read(check, ns: dict | None) -> tuple[dict, tuple]:
 
 def _globals_read(code: types.CodeType) -> set[str]:
     """The global names ``code`` (and the code nested in it) loads: not its attribute names."""
-    out, todo = set(), [code]
-    while todo:
-        c = todo.pop()
-        out.update(i.argval for i in dis.get_instructions(c) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
-        todo.extend(k for k in c.co_consts if _isinstance(k, types.CodeType))
-    return out
+    return {i.argval for c in _codes_in(code) for i in dis.get_instructions(c)
+            if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
 
 
 def _str_keys_only(ns: dict | None) -> None:
