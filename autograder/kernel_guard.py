@@ -352,13 +352,15 @@ def install(shell) -> None:
     course_dir = os.path.dirname(os.path.abspath(course_spec.origin)) + os.sep \
         if course_spec is not None and course_spec.origin else None
     code_type = types.CodeType
-    own_copiers = frozenset({"<module>", "_switch_off_for_good"})
+    own_copiers = frozenset({"<module>", "_switch_off_for_good", "_private_globals"})  # mystery: a part's own copy
 
     def no_more_hooks(event, args):
         if event == "sys.addaudithook" and getpid() == kernel_pid:
             raise RuntimeError("audit hooks are refused in the grading kernel")
         if event == "function.__new__" and course_dir and args and type_(args[0]) is code_type \
-                and args[0].co_filename.startswith(course_dir):
+                and args[0].co_filename.startswith(course_dir) and getpid() == kernel_pid:
+            # (in a graded call's process the seal has this rule, and refuses this hook's frame read
+            # where a part is made: course.exercises.isolation)
             caller = getframe(1).f_code
             if not (caller.co_filename.startswith(course_dir) and caller.co_name in own_copiers):
                 raise PermissionError("copying a function of the course package (types.FunctionType on its "

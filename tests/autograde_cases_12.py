@@ -257,6 +257,130 @@ def detect(pipe):
 """
 
 
+# (d) A thread of the learner's own, alive while the call's own thread runs a part with plain data,
+# polls sys.getrefcount of every function of course.bugs: a running function is held by its frame,
+# so its count rises while it runs (a red team's prototype, 2026-12-07). No behaviour is compared.
+# Closed: in a graded call a part refuses to run while another thread is alive (the seal's thread rule).
+_REFCOUNT_POLLER = """import sys as _sys, threading as _threading, time as _time, types as _types
+import torch
+
+def _poll_candidates():
+    out = []
+    for name, module in sorted(_sys.modules.items()):
+        if not name.startswith("course.bugs.") or module is None:
+            continue
+        for key, value in sorted(vars(module).items()):
+            if type(value) is _types.FunctionType and value.__module__ == name:
+                out.append(value)
+            elif isinstance(value, type) and value.__module__ == name and \\
+                    type(value.__dict__.get("__call__")) is _types.FunctionType:
+                out.append(value.__dict__["__call__"])
+    return out
+
+_POLLED = _poll_candidates()
+
+def _by_poller(pipe):
+    base = [_sys.getrefcount(f) for f in _POLLED]
+    state, hits = {"field": None, "stop": False}, []
+    def poll():
+        while not state["stop"]:
+            field = state["field"]
+            if field is not None and any(_sys.getrefcount(f) > b + 1 for f, b in zip(_POLLED, base)):
+                if state["field"] is field:
+                    hits.append(field)
+    old = _sys.getswitchinterval()
+    _sys.setswitchinterval(1e-6)
+    watcher = _threading.Thread(target=poll)
+    watcher.start()
+    try:
+        params = [torch.nn.Parameter(torch.zeros(2, 2))]
+        calls = {"schedule": (20000, lambda: pipe.schedule(3, 5, 60)),
+                 "optimizer_factory": (1500, lambda: pipe.optimizer_factory(params, 0.01, 0.0)),
+                 "prepare": (600, lambda: pipe.prepare(torch.nn.Linear(2, 2)))}
+        for field, (n, call) in calls.items():
+            state["field"] = None
+            _time.sleep(0.01)
+            state["field"] = field
+            for _ in range(n):
+                if field in hits:
+                    break
+                try:
+                    call()
+                except Exception:
+                    pass
+        state["field"] = None
+    finally:
+        state["stop"] = True
+        watcher.join()
+        _sys.setswitchinterval(old)
+    for field, cause in (("schedule", "schedule"), ("optimizer_factory", "optimizer"), ("prepare", "init")):
+        if field in hits:
+            return cause
+    return "healthy"
+
+def detect(pipe):
+    return _by_poller(pipe) != "healthy"
+"""
+
+# (e) The part's own code read this module's names as it ran: rebound in the graded call
+# (mystery._withheld, _scrub), a part's error came out with its traceback, whose line numbers say
+# which function failed; a table of them is made here from draws of the learner's own (found
+# 2026-12-08). Closed: a part runs on a private copy of the names its code reads, made with it.
+_REBINDS_PART_INTERNALS = """import torch
+from course.exercises import mystery as _my
+from course.exercises.sets import SETS as _SETS
+
+class _Boom(torch.nn.Module):  # fails wherever an initialisation walks it
+    def apply(self, fn):
+        raise ValueError("boom")
+    def modules(self):
+        raise ValueError("boom")
+    def named_modules(self, *args, **kwargs):
+        raise ValueError("boom")
+    def parameters(self, recurse=True):
+        raise ValueError("boom")
+    def named_parameters(self, *args, **kwargs):
+        raise ValueError("boom")
+
+def _lines(pipe):
+    saved = _my._withheld, _my._scrub
+    _my._withheld, _my._scrub = (lambda err: err), (lambda err: None)
+    out = []
+    try:
+        for call in (lambda: pipe.schedule(2 ** 2000, 1, 1),  # too large for a float
+                     lambda: pipe.optimizer_factory([], 0.01, 0.0),  # an empty parameter list
+                     lambda: pipe.prepare(_Boom())):
+            numbers, tb = [], None
+            try:
+                call()
+            except BaseException as err:
+                tb = err.__traceback__
+            while tb is not None:
+                numbers.append(tb.tb_lineno)
+                tb = tb.tb_next
+            out.append(tuple(numbers[2:]))  # below the caller's own frames
+    finally:
+        _my._withheld, _my._scrub = saved
+    return tuple(out)
+
+_SET = _SETS["12_lr_instability"]
+_CAUSE_OF = dict(_SET.causes) | {"healthy": "healthy"}
+_LINES = {}
+for _bug in _CAUSE_OF:
+    for _seed in (3, 4):
+        try:
+            _LINES.setdefault(_lines(_my.make(_bug, _seed, _SET.base)), _bug)
+        except Exception:
+            pass
+
+def _by_lines(pipe):
+    return _CAUSE_OF.get(_LINES.get(_lines(pipe)), "healthy")
+
+def detect(pipe):
+    return _by_lines(pipe) != "healthy"
+"""
+
+
 CASES = [
     # clipped_fraction
     Case(A, "clip_tensor_mean", {"clipped_fraction": _CLIP_TENSOR}, set()),
@@ -293,5 +417,11 @@ CASES = [
          {DETECT, CAUSE, FIX}),
     Case(A, "redteam5_keyword_standin",
          {"detect": _KEYWORD_STANDIN, "name_cause": "def name_cause(pipe):\n    return _by_standin(pipe)\n"},
+         {DETECT, CAUSE, FIX}),
+    Case(A, "redteam6_refcount_poller",
+         {"detect": _REFCOUNT_POLLER, "name_cause": "def name_cause(pipe):\n    return _by_poller(pipe)\n"},
+         {DETECT, CAUSE, FIX}),
+    Case(A, "rebinds_part_internals",
+         {"detect": _REBINDS_PART_INTERNALS, "name_cause": "def name_cause(pipe):\n    return _by_lines(pipe)\n"},
          {DETECT, CAUSE, FIX}),
 ]

@@ -963,3 +963,87 @@ def test_a_graded_call_cannot_dump_its_stack():
         assert _dumps_the_stack(0) == ["faulthandler: ran", "tracemalloc: ran"], "control: here they run"
     finally:
         tracemalloc.stop()
+
+
+def _calls_a_part_beside_a_thread(case, join_first=False):
+    import threading
+    stop = threading.Event()
+    watcher = threading.Thread(target=stop.wait, daemon=True)
+    watcher.start()
+    if join_first:
+        stop.set()
+        watcher.join()
+    try:
+        case.schedule(0, 10, 100)
+        outcome = "ran"
+    except Sealed as err:
+        outcome = "refused: " + str(err)
+    stop.set()
+    watcher.join()
+    return outcome
+
+
+def test_no_part_runs_beside_another_thread_of_the_learners(draws):
+    """A thread of the learner's own, alive while a part runs, can poll ``sys.getrefcount`` of the
+    catalogue's functions and see which one the part runs (a red team scored 12's hidden detect,
+    name and fix cells so, 2026-12-07). In a graded call a part refuses to run while any thread but
+    the calling one is alive. Controls: the same thread joined before the call, and the same code
+    outside a graded call, run the part."""
+    beside = run_apart(_calls_a_part_beside_a_thread, [draws["broken"]], lambda case, value: value)[0].get()
+    assert beside.startswith("refused: a mystery part does not run while another thread"), beside
+    joined = run_apart(lambda case: _calls_a_part_beside_a_thread(case, join_first=True), [draws["broken"]],
+                       lambda case, value: value)[0].get()
+    assert joined == "ran", joined
+    assert _calls_a_part_beside_a_thread(draws["broken"]) == "ran", "control: outside a graded call it runs"
+
+
+def _what_a_part_lets_out(case, rebind=True, holder=None):
+    """A part called with arguments its field refuses, after rebinding the names its code uses:
+    the error's type and how many frames its traceback holds."""
+    import builtins
+    saved = {n: getattr(mystery, n) for n in ("_withheld", "_scrub", "_check_arguments", "_stack_left")}
+    saved_type = builtins.type
+    if rebind:
+        mystery._withheld = lambda err: err
+        mystery._scrub = lambda err: None
+        mystery._check_arguments = lambda contract, args, kwargs: args
+        mystery._stack_left = lambda frames=0: True
+    try:
+        part = case.schedule if holder is None else holder
+        part("x", "y", "z")
+        return ["no error"]
+    except BaseException as err:  # noqa: BLE001
+        frames, tb = 0, err.__traceback__
+        while tb is not None:
+            frames, tb = frames + 1, tb.tb_next
+        return [saved_type(err).__name__, frames]
+    finally:
+        for name, value in saved.items():
+            setattr(mystery, name, value)
+
+
+def test_rebinding_the_modules_names_changes_nothing_a_part_does(draws):
+    """A part's own rules (its arguments' contract, its stack rule, dropping the traceback of what
+    it passes) run on a private copy of ``course.exercises.mystery``'s globals made with the part:
+    rebinding ``mystery._withheld`` in a graded call once let a part's traceback out, whose line
+    numbers say which function it holds (found 2026-12-08). Control: a holder run on the module's
+    own globals (``mystery._holder`` called directly) does change, in the same call."""
+    plain = run_apart(lambda case: _what_a_part_lets_out(case, rebind=False), [draws["broken"]],
+                      lambda case, value: value)[0].get()
+    rebound = run_apart(_what_a_part_lets_out, [draws["broken"]], lambda case, value: value)[0].get()
+    assert plain[0] == "PartArgumentError" and rebound == plain, (plain, rebound)
+
+    def on_module_globals(case):
+        def inside(step, warmup, total):
+            raise ValueError(step)
+        gen = mystery._holder(inside, lambda: None, mystery._contract("schedule"))
+        next(gen)
+
+        def part(*args):
+            ok, value = gen.send((args, {}))
+            if ok:
+                return value
+            raise value
+        return _what_a_part_lets_out(case, holder=part)
+    control = run_apart(on_module_globals, [draws["broken"]], lambda case, value: value)[0].get()
+    assert control[0] == "ValueError" and control[1] > plain[1], control

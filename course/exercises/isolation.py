@@ -93,6 +93,7 @@ _TextIOWrapper, _FileIO = io.TextIOWrapper, io.FileIO
 _addaudithook, _getframe = sys.addaudithook, sys._getframe
 _base_getattribute = object.__getattribute__
 _start_new_thread, _allocate_lock, _thread_count = _thread.start_new_thread, _thread.allocate_lock, _thread._count
+_gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 _sleep = time.sleep
 _encode_json_str = json.encoder.encode_basestring_ascii  # C, as json.dumps writes a str
 _dumps, _loads = json.dumps, json.loads
@@ -135,7 +136,7 @@ class Sealed(PermissionError):
     """Raised, in a graded call's process, by an introspection route that could reach the answer."""
 
 
-def _make_hook(keeper_code=None):
+def _make_hook(keeper_code=None, copier_code=None, threads=None):
     """The seal: an audit hook that, once ``course.exercises.isolation.seal`` is raised, refuses
 
     * every event of ``DENIED_EVENTS`` and ``DENIED_PREFIXES``, to anyone;
@@ -151,12 +152,25 @@ def _make_hook(keeper_code=None):
       ``*.sqlite`` file.
 
     One read is allowed: ``gi_frame`` of a part's generator by ``keeper_code``
-    (``course.exercises.mystery._keeper``, whose frame keeps what it reads and is itself refused).
+    (``course.exercises.mystery._keeper``, whose frame keeps what it reads and is itself refused);
+    and one copier of the package's functions besides a module's import: ``copier_code``
+    (``course.exercises.mystery._private_globals``, which copies that module's own functions into
+    the private globals of a part it makes).
+
+    The thread rule: with ``threads`` given (``_thread._count()`` as the graded call's process began),
+    the event ``course.exercises.isolation.part_runs`` (a mystery part, before its function runs) is
+    refused while more than one thread started in this process is alive: the calls' worker (or a
+    check's thread) and no other. A thread of the learner's that runs while a part does could watch
+    the process (``sys.getrefcount`` of the catalogue's functions rises while one runs).
 
     Everything it uses is bound here, in the hook's own closure: rebinding the module's names
     later changes nothing, and nothing of anyone else's runs inside it (its checks are suspended
     while it runs). Only the hook (which no Python object references) holds its state."""
     sealed, inside, locked = [False], set(), [False]  # ``inside``: the threads running the hook now
+    count, part_runs = _thread_count, "course.exercises.isolation.part_runs"
+    most = None if threads is None else threads + 1
+    alone = ("a mystery part does not run while another thread of yours is alive in a graded call (it "
+             "could watch what the part does): end or join your threads before you call a part")
     get_ident, gc_isenabled, gc_disable, gc_enable = _thread.get_ident, gc.isenabled, gc.disable, gc.enable
     main_ident = get_ident()  # the hook is made on the graded call's main thread (``seal``)
     denied, prefixes, frame_attrs = DENIED_EVENTS, DENIED_PREFIXES, FRAME_ATTRIBUTES
@@ -255,6 +269,8 @@ def _make_hook(keeper_code=None):
             # other caller is refused, a package function that calls a callable handed to it too
             caller = getframe(2).f_code
             name = caller.co_name
+            if caller is copier_code and copier_code is not None:
+                return None
             if not (startswith(caller.co_filename, course_dir) and type_(name) is str_ and name == own_copier):
                 return message.format("copying a function of the course package")
             return None
@@ -282,6 +298,10 @@ def _make_hook(keeper_code=None):
             return
         if event == "course.exercises.isolation.lock_main":  # anyone may: it only refuses more
             locked[0] = True
+            return
+        if event == part_runs:  # anyone may: it only refuses
+            if sealed[0] and most is not None and count() > most:
+                raise sealed_error(alone)
             return
         if event == "course.exercises.isolation.seal":
             if not sealed[0]:  # only the first: ``seal`` raises it once
@@ -395,11 +415,12 @@ def _raiser_shape():
     return shaped
 
 
-def seal() -> None:
-    """Refuse the routes of ``_make_hook`` for the rest of this process (one way: nothing unseals).
-    Raises RuntimeError if the seal is not in force afterwards (another audit hook refused ours)."""
+def seal(threads: int | None = None) -> None:
+    """Refuse the routes of ``_make_hook`` for the rest of this process (one way: nothing unseals),
+    with its thread rule when ``threads`` is given. Raises RuntimeError if the seal is not in force
+    afterwards (another audit hook refused ours)."""
     mystery = sys.modules.get("course.exercises.mystery")
-    _addaudithook(_make_hook(getattr(mystery, "_KEEPER_CODE", None)))
+    _addaudithook(_make_hook(getattr(mystery, "_KEEPER_CODE", None), getattr(mystery, "_COPIER_CODE", None), threads))
     sys.audit("course.exercises.isolation.seal", getattr(mystery, "_HOLDER_CODE", None), _library_only.__code__)
     try:
         gc.get_referrers(seal)
@@ -916,6 +937,11 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
     frame = _getframe(1)
     pid = _fork()
     if pid == 0:  # the child: never returns
+        # the threads alive here (a fork copies only this one; the count is the parent's): from now
+        # on, any other is the learner's (a finalizer's), and no part runs beside it (``seal``)
+        threads = _thread_count()
+        collecting = _gc_isenabled()
+        _gc_disable()  # no finalizer runs while the hidden draws are made (it could watch them made)
         try:
             _close(result_r)
             _close(out_r)
@@ -942,7 +968,10 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             _warm_up()
             lever = [False] if then is not None else None  # only this frame and the gates hold it
             _switch_off_for_good(off, lever)
-            seal()
+            if _thread_count() != threads:
+                raise RuntimeError("a thread was started in the graded call's process before its calls began "
+                                   "(by a finalizer of your code's?): nothing may run beside the hidden draws")
+            seal(threads)
             # hidden draws are made only now, sealed, on what was just put back: before the fork
             # their answers existed nowhere in this process tree but in the test's own source
             cases = [_realized(c) for c in cases]
@@ -958,6 +987,8 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
                 checker, snap = then[0]()  # before any learner code runs here: it binds what it uses
                 then = (checker, then[1], {slot: snap(case) for slot, case in pairs}, _pristine_baseline())
             tail = _child_tail(token)  # from here on, this thread calls only what the tail bound now
+            if collecting:
+                _gc_enable()
         except BaseException as err:  # noqa: BLE001  (the child must answer whatever happened)
             payload = _dumps({"token": token, "failed": f"{_type(err).__name__}: {err}"})
             data = payload.encode("utf-8")

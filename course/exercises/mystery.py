@@ -33,8 +33,10 @@ behavioural check (train it on fresh seeds, look at the symptom), all in the gra
 from __future__ import annotations
 
 import collections
+import builtins
 import dataclasses
 import functools
+import gc
 import hashlib
 import json
 import marshal
@@ -44,7 +46,7 @@ import sys
 import types
 import weakref
 from dataclasses import dataclass
-from inspect import signature as _signature
+from inspect import Parameter as _Parameter, signature as _signature
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -98,6 +100,19 @@ _PASSED = (NotImplementedError, SwitchedOff, PartArgumentError, Sealed)
 _set_traceback = BaseException.with_traceback  # BaseException's own: never a subclass's override
 _context_of = BaseException.__dict__["__context__"].__get__
 _cause_of = BaseException.__dict__["__cause__"].__get__
+
+# What a part's own code calls while it runs, bound at import: a part runs on a private copy of this
+# module's functions and globals, and of ``builtins`` (``_private_holder``), so rebinding a name here,
+# in ``torch`` or in ``builtins`` changes nothing a part does (its traceback dropping, its stack and
+# argument rules); what the held function itself calls is another matter (docs/grading-integrity.md).
+_audit, _gc_isenabled, _gc_disable, _gc_enable = sys.audit, gc.isenabled, gc.disable, gc.enable
+_PART_RUNS = "course.exercises.isolation.part_runs"  # the seal refuses it while another thread is alive
+_DisableTorchFunction, _len_torch_dispatch_stack = torch._C.DisableTorchFunction, torch._C._len_torch_dispatch_stack
+_Tensor, _TorchParameter, _Module, _Optimizer = torch.Tensor, torch.nn.Parameter, torch.nn.Module, torch.optim.Optimizer
+_LRScheduler, _dtype, _device, _Size = torch.optim.lr_scheduler.LRScheduler, torch.dtype, torch.device, torch.Size
+_OrderedDict, _GeneratorType = collections.OrderedDict, types.GeneratorType
+_BATCH_FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Run))
 
 
 def _scrub(err: BaseException) -> None:
@@ -216,13 +231,13 @@ def _plain(value, budget: list, depth: int = 64) -> bool:
     if budget[0] < 0:
         return False
     t = type(value)
-    if t in (type(None), bool, int, float, str, bytes, torch.dtype, torch.device, torch.Size):
+    if t in (type(None), bool, int, float, str, bytes, _dtype, _device, _Size):
         return True
-    if t is torch.Tensor or t is torch.nn.Parameter:
+    if t is _Tensor or t is _TorchParameter:
         return True
     if t in (list, tuple):
         return depth <= 0 or all(_plain(v, budget, depth - 1) for v in value)
-    if t is dict or t is collections.OrderedDict:
+    if t is dict or t is _OrderedDict:
         return depth <= 0 or all(type(k) in (str, int, tuple) and _plain(v, budget, depth - 1)
                                  for k, v in dict.items(value))
     if t is Pipeline:
@@ -230,8 +245,8 @@ def _plain(value, budget: list, depth: int = 64) -> bool:
     if t is Batch or t is Run:
         # a run's records (history, val, phases: a dict of lists that grows every step) are checked
         # to their lists, not element by element: a part is called every step with the run
-        return all(_fits(getattr(value, f.name), _field_kinds(f.name), budget, depth=1)
-                   for f in dataclasses.fields(t))
+        return all(_fits(getattr(value, name), _field_kinds(name), budget, depth=1)
+                   for name in (_BATCH_FIELDS if t is Batch else _RUN_FIELDS))
     return False
 
 
@@ -250,18 +265,18 @@ def _fits(value, kinds, budget=None, depth: int = 64) -> bool:
     budget = [100_000] if budget is None else budget
     t = type(value)
     for kind in kinds:
-        if kind == "module" and issubclass(t, torch.nn.Module):
+        if kind == "module" and issubclass(t, _Module):
             return True
-        if kind == "optimizer" and issubclass(t, torch.optim.Optimizer):
+        if kind == "optimizer" and issubclass(t, _Optimizer):
             return True
-        if kind == "scheduler" and issubclass(t, torch.optim.lr_scheduler.LRScheduler):
+        if kind == "scheduler" and issubclass(t, _LRScheduler):
             return True
         if kind == "callable" and callable(value):
             return True
-        if kind == "device" and (t is torch.device or t is str or value is None):
+        if kind == "device" and (t is _device or t is str or value is None):
             return True
         if kind == "params" and t in (list, tuple):
-            return all(type(v) is torch.nn.Parameter for v in value)
+            return all(type(v) is _TorchParameter for v in value)
         if kind == "plain" and _plain(value, budget, depth):
             return True
         if isinstance(kind, type) and t is kind and _plain(value, budget, depth):
@@ -281,13 +296,16 @@ def _check_arguments(contract, args: tuple, kwargs: dict) -> tuple:
     if len(args) != len(positional):
         problems.append(f"{len(args)} positional arguments, not {len(positional)}")
     for i, (value, kinds) in enumerate(zip(args, positional)):
-        if "params" in kinds and type(value) is types.GeneratorType:
+        if "params" in kinds and type(value) is _GeneratorType:
             value = list(value)
             args = args[:i] + (value,) + args[i + 1:]
         if not _fits(value, kinds):
             problems.append(f"argument {i + 1}: {type(value).__name__}, not "
                             + " or ".join(_kind_name(k) for k in kinds))
     for name, value in kwargs.items():
+        if type(name) is not str:  # a str subclass's __eq__ would be compared with the function's names
+            problems.append("a keyword whose name is not a plain str")
+            continue
         kinds = keywords.get(name)
         if kinds is None:
             problems.append(f"{name}=: not a keyword of this field (pass its arguments by position)")
@@ -299,6 +317,47 @@ def _check_arguments(contract, args: tuple, kwargs: dict) -> tuple:
                                 "arguments by position and only its documented keywords: "
                                 + "; ".join(problems))
     return args
+
+
+def _arity(fn: Callable):
+    """What ``fn``'s signature takes, read once when its part is made (``inspect.Parameter`` kinds):
+    the names of its positional parameters, how many of them are required, whether it takes
+    ``*args`` and ``**kwargs``, the names it takes by keyword and those it requires by keyword; None
+    when it has no signature to read. ``_takes`` checks a call against it with builtins only, so no
+    library code that could be rebound runs with ``fn``'s signature in hand."""
+    try:
+        params = tuple(_signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    P = _Parameter
+    positional = tuple(p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD))
+    return (tuple(p.name for p in positional),
+            tuple(p.default is P.empty for p in positional),
+            frozenset(p.name for p in positional if p.kind is P.POSITIONAL_ONLY),
+            any(p.kind is P.VAR_POSITIONAL for p in params),
+            any(p.kind is P.VAR_KEYWORD for p in params),
+            frozenset(p.name for p in params if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)),
+            frozenset(p.name for p in params if p.kind is P.KEYWORD_ONLY and p.default is P.empty))
+
+
+def _takes(arity, args: tuple, kwargs: dict) -> bool:
+    """Whether ``fn(*args, **kwargs)`` binds, by ``_arity(fn)`` (as ``Signature.bind`` decides).
+    ``kwargs``' keys are exact ``str`` (``_check_arguments``)."""
+    names, required, positional_only, var_args, var_kwargs, by_keyword, required_keywords = arity
+    n = len(args)
+    if n > len(names) and not var_args:
+        return False
+    for name in kwargs:
+        if type(name) is not str:
+            return False
+        if name in names[:n] and name not in positional_only:
+            return False  # given twice
+        if name not in by_keyword and not var_kwargs:
+            return False
+    for i in range(n, len(names)):
+        if required[i] and (names[i] in positional_only or names[i] not in kwargs):
+            return False
+    return all(name in kwargs for name in required_keywords)
 
 
 def _holder(fn: Callable, owner, contract=None):
@@ -315,10 +374,7 @@ def _holder(fn: Callable, owner, contract=None):
     and the change of ``fn``'s reference count would say which function it held. One way to
     finish it no code of its own can refuse (a ``RecursionError`` as CPython enters the frame); in a
     graded call the grader holds the frame (``_keeper``), so even then nothing is let go."""
-    try:
-        bind = _signature(fn).bind
-    except (TypeError, ValueError):
-        bind = None
+    arity = _arity(fn)
     while True:
         try:
             request = yield
@@ -338,20 +394,25 @@ def _holder(fn: Callable, owner, contract=None):
         try:
             if low:
                 raise RecursionError(_LOW_STACK)
+            _audit(_PART_RUNS)  # in a graded call: refused while another thread of the caller's is alive
             if contract is not None:
                 args = _check_arguments(contract, args, kwargs)
-            if bind is not None:
-                try:
-                    bind(*args, **kwargs)
-                except TypeError:
-                    raise PartArgumentError("this part was called with arguments it does not take: see "
-                                            "the Pipeline field's documentation for its signature") from None
-            with torch._C.DisableTorchFunction():
-                if torch._C._len_torch_dispatch_stack():
-                    with _disable_current_modes():
+            if arity is not None and not _takes(arity, args, kwargs):
+                raise PartArgumentError("this part was called with arguments it does not take: see "
+                                        "the Pipeline field's documentation for its signature")
+            collecting = _gc_isenabled()
+            if collecting:  # no finalizer of the caller's runs while the function does
+                _gc_disable()
+            try:
+                with _DisableTorchFunction():
+                    if _len_torch_dispatch_stack():
+                        with _disable_current_modes():
+                            answer = (True, fn(*args, **kwargs))
+                    else:
                         answer = (True, fn(*args, **kwargs))
-                else:
-                    answer = (True, fn(*args, **kwargs))
+            finally:
+                if collecting:
+                    _gc_enable()
         except RecursionError as err:
             # ours (too little stack to start) is passed; one from inside the function is withheld
             answer = (False, err.with_traceback(None) if low else _withheld(err))
@@ -393,7 +454,7 @@ class Part:
             pass
         else:  # a part's function is fixed: re-initialising would swap it inside a drawn pipeline
             raise TypeError("a mystery part is made once: build a new Part")
-        gen = _holder(fn, weakref.ref(self), _contract(field) if field else None)
+        gen = _private_globals()["_holder"](fn, weakref.ref(self), _contract(field) if field else None)
         next(gen)
         self.__gen = gen
 
@@ -1030,3 +1091,59 @@ def _describe(value) -> dict:
 
 
 _sha256, _marshal_dumps = hashlib.sha256, marshal.dumps
+
+
+# ----- a part's private globals ---------------------------------------------------------------------
+def _names_used(functions: tuple) -> frozenset:
+    """Every global or builtin name the code of ``functions`` (of this module) reads, nested code
+    included: what ``_private_globals`` copies (attribute names come along, harmlessly)."""
+    names, todo = set(), [globals()[name].__code__ for name in functions]
+    while todo:
+        code = todo.pop()
+        todo += [c for c in code.co_consts if type(c) is types.CodeType]
+        names.update(code.co_names)
+    return frozenset(names)
+
+
+def _functions_called(name: str, seen: tuple = ()) -> tuple:
+    """``name`` and every function of this module its code names, in turn (nested code included):
+    the functions a part's generator can call, which ``_private_globals`` copies."""
+    seen += (name,)
+    todo = [globals()[name].__code__]
+    while todo:
+        code = todo.pop()
+        todo += [c for c in code.co_consts if type(c) is types.CodeType]
+        for used in code.co_names:
+            value = globals().get(used)
+            if used not in seen and type(value) is types.FunctionType and value.__globals__ is globals():
+                seen = _functions_called(used, seen)
+    return seen
+
+
+_HOLDER_PATH = _functions_called("_holder")
+_HOLDER_NAMES = _names_used(_HOLDER_PATH) | frozenset(_HOLDER_PATH)
+
+
+def _private_globals(template=tuple((name, value) for name, value in globals().items() if name in _HOLDER_NAMES),
+                     builtin_template=tuple((name, value) for name, value in vars(builtins).items()
+                                            if name in _HOLDER_NAMES),
+                     path=_HOLDER_PATH) -> dict:
+    """A private copy of the globals a part's own code reads, made for each part as it is made: the
+    functions it calls (``path``) are copies that read the copy. What it holds was taken at this
+    module's import (``template``, ``builtin_template``: tuples, in this function's defaults, which
+    the grader puts back before each test), before any learner code ran: rebinding a name of this
+    module (a function or data: ``_PASSED``), of ``torch`` or of ``builtins`` changes nothing of
+    what a part does itself (its argument, stack and thread rules, its dropping of tracebacks). A
+    part's generator runs ``_holder`` from the copy, and its frame, the copy's one holder, is
+    refused to anyone by the seal."""
+    private = dict(template)
+    private["__builtins__"] = dict(builtin_template)
+    for name in path:
+        value = private[name]
+        copy = types.FunctionType(value.__code__, private, value.__name__, value.__defaults__, value.__closure__)
+        copy.__kwdefaults__ = value.__kwdefaults__
+        private[name] = copy
+    return private
+
+
+_COPIER_CODE = _private_globals.__code__  # the one function of the package the seal lets copy its functions later
