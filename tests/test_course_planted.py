@@ -384,3 +384,25 @@ def test_a_pipeline_changed_in_place_is_put_back(planted):
                                     ["a ModelConfig's fields (changed in place)"]), report
     assert (replay.MYSTERY_PIPE.lr, base.warmup, getattr(base.model, field)) == was
     assert pristine.changed() == []
+
+
+def test_a_sweep_after_a_clean_one_still_finds_a_code_or_defaults_write():
+    """A sweep reads each function's ``__code__`` and ``__defaults__`` only when an audit hook has
+    counted a write of one since its last clean look (the reads are most of a sweep's time). A write
+    made between two sweeps, by assignment or through ``setattr``, is still found and put back; the
+    same function untouched is not named (the control)."""
+    from course.reference import pipeline as ref
+    pristine.record()
+    pristine.restore()  # whatever an earlier test left: from a clean state on
+    assert pristine.changed() == [], "control: a clean sweep names nothing"
+    fn, code, defaults = ref.warmup_then_linear, ref.warmup_then_linear.__code__, ref.warmup_then_linear.__defaults__
+    try:
+        fn.__code__ = (lambda step, warmup, total: 1.0).__code__
+        assert pristine.changed() == [f"{fn.__module__}.{fn.__qualname__}.__code__ (replaced)"]
+        assert pristine.restore() and fn.__code__ is code
+        assert pristine.changed() == []
+        setattr(fn, "__defaults__", (1,))
+        assert pristine.changed() == [f"{fn.__module__}.{fn.__qualname__}.__defaults__ (replaced)"]
+    finally:
+        fn.__code__, fn.__defaults__ = code, defaults
+    assert pristine.changed() == []

@@ -52,6 +52,7 @@ for the reviewer.
 from __future__ import annotations
 
 import builtins
+import operator
 import os
 import sys
 import types
@@ -83,6 +84,7 @@ _SHADOWS = frozenset(vars(builtins)) | {"__getattr__", "__dir__"}
 _FunctionType, _ModuleType, _CodeType = types.FunctionType, types.ModuleType, types.CodeType
 _isinstance, _type, _id, _callable, _setattr, _delattr = isinstance, type, id, callable, setattr, delattr
 _getattr, _hasattr, _len, _tuple = getattr, hasattr, len, tuple
+_all, _map, _is = all, map, operator.is_
 _modules = sys.modules
 # importlib's ModuleSpec, read as this file loads (in the grading kernel: before any submitted code)
 _ModuleSpec = type(sys.__spec__)
@@ -179,13 +181,27 @@ def _module_record(name, module, seen_fn, seen_cls, functions) -> tuple:
                 and _id(value) not in seen_cls and not _immutable(value):
             seen_cls.add(_id(value))
             members = _tuple((k, v) for k, v in value.__dict__.items() if _code(v))
-            classes.append((value, members))
+            data = _tuple((k, v) for k, v in value.__dict__.items() if not _code(v))
+            # (for the sweep's fast path: every key, and the data entries, as they are now)
+            classes.append((value, members, _split(members), frozenset(value.__dict__), _split(data)))
             for _, member in members:
                 for fn in _methods(member):
                     if _id(fn) not in seen_fn:
                         seen_fn.add(_id(fn))
                         functions.append(_function_record(fn))
-    return (name, module, _type(module), entries, frozenset(module.__dict__), _tuple(classes))
+    return (name, module, _type(module), entries, frozenset(module.__dict__), _tuple(classes), _split(entries))
+
+
+def _split(pairs: tuple) -> tuple:
+    """``((key, ...), (value, ...))`` of ``pairs``."""
+    return _tuple(k for k, _ in pairs), _tuple(v for _, v in pairs)
+
+
+def _same(have, split) -> bool:
+    """Whether ``have`` (a dict or mapping proxy) holds each recorded value under its key, the very
+    object (a test by identity, in C: no code of a value's runs)."""
+    keys, values = split
+    return _all(_map(_is, values, _map(have.get, keys)))
 
 
 def _put_back(have, entries, prefix, why, setter, out, missing) -> None:
@@ -200,7 +216,7 @@ def _put_back(have, entries, prefix, why, setter, out, missing) -> None:
 
 
 def _sweep_module(rec, fix, out, missing) -> None:
-    name, module, cls, entries, keys, classes = rec
+    name, module, cls, entries, keys, classes, split = rec
     if _modules.get(name) is not module:
         out.append(f"sys.modules[{name!r}] (replaced)")
         if fix:
@@ -210,14 +226,17 @@ def _sweep_module(rec, fix, out, missing) -> None:
         if fix:
             module.__class__ = cls
     d = module.__dict__
-    _put_back(d, entries, f"{name}.", " (replaced)", d.__setitem__ if fix else None, out, missing)
+    if not _same(d, split):
+        _put_back(d, entries, f"{name}.", " (replaced)", d.__setitem__ if fix else None, out, missing)
     for key in _SHADOWS.intersection(d).difference(keys):
         if not _library(d[key]):
             out.append(f"{name}.{key} (added)")
             if fix:
                 del d[key]
-    for klass, members in classes:
+    for klass, members, member_split, all_keys, data_split in classes:
         have = klass.__dict__
+        if _same(have, member_split) and have.keys() == all_keys and _same(have, data_split):
+            continue  # (the fast path: every key as recorded, each holding the same object)
         _put_back(have, members, f"{name}.{klass.__qualname__}.", " (replaced in the class)",
                   (lambda k, v, klass=klass: _setattr(klass, k, v)) if fix else None, out, missing)
         if _len(have) != _len(members):
@@ -314,19 +333,22 @@ def _sweep_data(rec, fix, out) -> None:
         _put_back_fields(member, want, f"{label}: a {_type(member).__name__}'s fields (changed)", fix, out)
 
 
+def _where(fn) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
 def _sweep_function(rec, fix, out, missing) -> None:
     fn, code, defaults, kwdefaults, cells, attrs = rec
-    where = f"{fn.__module__}.{fn.__qualname__}"
     if fn.__code__ is not code:
-        out.append(f"{where}.__code__ (replaced)")
+        out.append(f"{_where(fn)}.__code__ (replaced)")
         if fix:
             fn.__code__ = code
     if fn.__defaults__ is not defaults:
-        out.append(f"{where}.__defaults__ (replaced)")
+        out.append(f"{_where(fn)}.__defaults__ (replaced)")
         if fix:
             fn.__defaults__ = defaults
     if fn.__kwdefaults__ is not kwdefaults:
-        out.append(f"{where}.__kwdefaults__ (replaced)")
+        out.append(f"{_where(fn)}.__kwdefaults__ (replaced)")
         if fix:
             fn.__kwdefaults__ = kwdefaults
     for i, cell, value in cells:
@@ -335,16 +357,70 @@ def _sweep_function(rec, fix, out, missing) -> None:
         except ValueError:
             now = missing
         if now is not value and not _library(now):
-            out.append(f"{where} closure cell {i} (replaced)")
+            out.append(f"{_where(fn)} closure cell {i} (replaced)")
             if fix:
                 cell.cell_contents = value
     if attrs is not None:
         have = _function_dict(fn)
         if _len(have) != _len(attrs) or any(have.get(k, missing) is not v for k, v in attrs):
-            out.append(f"{where}.__dict__ (its attributes changed)")
+            out.append(f"{_where(fn)}.__dict__ (its attributes changed)")
             if fix:
                 have.clear()
                 have.update(attrs)
+
+
+_get_code, _get_defaults, _get_kwdefaults = (operator.attrgetter(a) for a in ("__code__", "__defaults__", "__kwdefaults__"))
+
+
+def _code_writes():
+    """``(count, hook)``: an audit hook that counts every write of a function's ``__code__``,
+    ``__defaults__`` or ``__kwdefaults__`` (CPython raises ``object.__setattr__`` for each, refused
+    or not), and the one-item list it counts in. Reading each recorded function's ``__code__`` and
+    ``__defaults__`` raises an audit event too (about 10,000 a sweep, most of a sweep's time), so a
+    sweep reads them only when the count has moved since its last clean look."""
+    count, type_, len_, str_, names = [0], type, len, str, ("__code__", "__defaults__", "__kwdefaults__")
+
+    def hook(event, args):
+        if event == "object.__setattr__" and len_(args) > 1 and type_(args[1]) is str_:
+            for name in names:
+                if str_.__eq__(args[1], name):
+                    count[0] += 1
+    return count, hook
+
+
+_writes, _writes_hook = _code_writes()
+sys.addaudithook(_writes_hook)
+
+
+def _functions_same(functions: list, batch: list) -> bool:
+    """Whether every recorded function still holds its code, defaults, closure cells and attributes
+    (the fast path of a sweep: each compared by identity in C loops; ``batch`` caches the records
+    as columns, remade when more are recorded)."""
+    if not batch or batch[0] != _len(functions):
+        fns = _tuple(r[0] for r in functions)
+        with_cells = _tuple(r for r in functions if r[4])
+        with_attrs = _tuple(r for r in functions if r[5] is not None)
+        batch[:] = [_len(functions), fns, _tuple(r[1] for r in functions), _tuple(r[2] for r in functions),
+                    _tuple(r[3] for r in functions), with_cells, with_attrs, [-1]]
+    _, fns, codes, defaults, kwdefaults, with_cells, with_attrs, seen = batch
+    if seen[0] != _writes[0]:  # a function's code or defaults were written since the last clean look
+        seen[0] = _writes[0]
+        if not (_all(_map(_is, codes, _map(_get_code, fns))) and _all(_map(_is, defaults, _map(_get_defaults, fns)))
+                and _all(_map(_is, kwdefaults, _map(_get_kwdefaults, fns)))):
+            seen[0] = -1  # and look again next time
+            return False
+    for rec in with_cells:
+        for _, cell, value in rec[4]:
+            try:
+                if cell.cell_contents is not value:
+                    return False
+            except ValueError:
+                return False
+    for rec in with_attrs:
+        have, attrs = _function_dict(rec[0]), rec[5]
+        if _len(have) != _len(attrs) or not _all(_map(_is, (v for _, v in attrs), _map(have.get, (k for k, _ in attrs)))):
+            return False
+    return True
 
 
 def _sweep_hooks(rec, fix, out) -> None:
@@ -366,6 +442,7 @@ def _recorder():
     modules_done, functions, hooks, data, constants = [], [], [], [], []
     names, seen_fn, seen_cls, hooked, passed, data_done = set(), set(), set(), set(), set(), set()
     seen_const = set()
+    batch: list = []  # the functions' records as columns, for ``_functions_same``
 
     def record(finished: str | None = None) -> int:
         """Record every wanted, fully imported module not recorded yet; how many were new.
@@ -416,8 +493,9 @@ def _recorder():
         out, missing = [], object()
         for rec in modules_done:
             _sweep_module(rec, fix, out, missing)
-        for rec in functions:
-            _sweep_function(rec, fix, out, missing)
+        if not _functions_same(functions, batch):
+            for rec in functions:
+                _sweep_function(rec, fix, out, missing)
         for rec in hooks:
             _sweep_hooks(rec, fix, out)
         for rec in data:
