@@ -381,6 +381,19 @@ def detect(pipe):
 """
 
 
+
+def _solution_cell(grade_id: str) -> str:
+    """The solution's source of one answer cell."""
+    from autograde_cases_routes import _source
+    from autograder.grading import nbgrader_meta
+    return next("".join(c["source"]) for c in _source(A)["cells"] if nbgrader_meta(c).get("grade_id") == grade_id)
+
+
+def _harmless(route: str) -> str:
+    """A route's code with its own ``detect`` renamed, so it answers nothing."""
+    return route.replace("def detect(pipe):", "def _route_detect(pipe):")
+
+
 CASES = [
     # clipped_fraction
     Case(A, "clip_tensor_mean", {"clipped_fraction": _CLIP_TENSOR}, set()),
@@ -421,6 +434,10 @@ CASES = [
     Case(A, "redteam6_refcount_poller",
          {"detect": _REFCOUNT_POLLER, "name_cause": "def name_cause(pipe):\n    return _by_poller(pipe)\n"},
          {DETECT, CAUSE, FIX}),
+    # their control: both routes' code planted beside the solution's own detect, answering nothing
+    Case(A, "redteam6_routes_planted_harmless",
+         {"detect": _solution_cell("detect") + "\n\n" + _harmless(_REFCOUNT_POLLER) + "\n\n"
+                    + _harmless(_REBINDS_PART_INTERNALS)}, set()),
     Case(A, "rebinds_part_internals",
          {"detect": _REBINDS_PART_INTERNALS, "name_cause": "def name_cause(pipe):\n    return _by_lines(pipe)\n"},
          {DETECT, CAUSE, FIX}),

@@ -983,6 +983,27 @@ def _calls_a_part_beside_a_thread(case, join_first=False):
     return outcome
 
 
+def _starts_a_thread_from_its_parameters(case):
+    """The thread starts inside the part, as it reads the caller's generator of parameters."""
+    import threading
+    stop, started = threading.Event(), []
+
+    def params():
+        watcher = threading.Thread(target=stop.wait, daemon=True)
+        watcher.start()
+        started.append(watcher)
+        yield torch.nn.Parameter(torch.zeros(2))
+    try:
+        case.optimizer_factory(params(), 0.01, 0.0)
+        outcome = "ran"
+    except Sealed as err:
+        outcome = "refused: " + str(err)
+    stop.set()
+    for t in started:
+        t.join()
+    return outcome
+
+
 def test_no_part_runs_beside_another_thread_of_the_learners(draws):
     """A thread of the learner's own, alive while a part runs, can poll ``sys.getrefcount`` of the
     catalogue's functions and see which one the part runs (a red team scored 12's hidden detect,
@@ -995,6 +1016,11 @@ def test_no_part_runs_beside_another_thread_of_the_learners(draws):
                        lambda case, value: value)[0].get()
     assert joined == "ran", joined
     assert _calls_a_part_beside_a_thread(draws["broken"]) == "ran", "control: outside a graded call it runs"
+    # a thread started by the caller's own code inside the part (its generator of parameters, read
+    # before the function runs) is alive when the function would start: refused too (a reviewer's
+    # probe, 2026-12-08, when the rule was checked before the arguments were read)
+    inside = run_apart(_starts_a_thread_from_its_parameters, [draws["broken"]], lambda case, value: value)[0].get()
+    assert inside.startswith("refused: a mystery part does not run while another thread"), inside
 
 
 def _what_a_part_lets_out(case, rebind=True, holder=None):
@@ -1002,7 +1028,7 @@ def _what_a_part_lets_out(case, rebind=True, holder=None):
     the error's type and how many frames its traceback holds."""
     import builtins
     saved = {n: getattr(mystery, n) for n in ("_withheld", "_scrub", "_check_arguments", "_stack_left")}
-    saved_type = builtins.type
+    saved_type, saved_isinstance, saved_any = builtins.type, builtins.isinstance, builtins.any
     if rebind:
         mystery._withheld = lambda err: err
         mystery._scrub = lambda err: None
@@ -1010,7 +1036,12 @@ def _what_a_part_lets_out(case, rebind=True, holder=None):
         mystery._stack_left = lambda frames=0: True
     try:
         part = case.schedule if holder is None else holder
-        part("x", "y", "z")
+        if rebind:  # and two builtins the part's own code uses on what it passes
+            builtins.isinstance, builtins.any = (lambda obj, kind: True), (lambda items: False)
+        try:
+            part("x", "y", "z")
+        finally:
+            builtins.isinstance, builtins.any = saved_isinstance, saved_any
         return ["no error"]
     except BaseException as err:  # noqa: BLE001
         frames, tb = 0, err.__traceback__
@@ -1047,3 +1078,38 @@ def test_rebinding_the_modules_names_changes_nothing_a_part_does(draws):
         return _what_a_part_lets_out(case, holder=part)
     control = run_apart(on_module_globals, [draws["broken"]], lambda case, value: value)[0].get()
     assert control[0] == "ValueError" and control[1] > plain[1], control
+
+
+def _original_of(fn):
+    """What a notebook could keep of a package function before a test switches it off."""
+    import types as _t
+    return _t.SimpleNamespace(__code__=fn.__code__, __name__=fn.__name__, __defaults__=fn.__defaults__,
+                              __closure__=fn.__closure__, __kwdefaults__=fn.__kwdefaults__)
+
+
+def _copies_through_the_parts_copier(case, kept):
+    """A course function that the test switched off, copied from its kept code through the copier a
+    part uses."""
+    import builtins as _b
+    try:
+        made = mystery._private_globals(template=(("f", kept),), builtin_template=tuple(vars(_b).items()),
+                                        path=("f",))["f"]
+        return "copied: " + type(made).__name__
+    except Sealed as err:
+        return "refused: " + str(err)
+
+
+def test_the_parts_copier_copies_only_the_parts_own_code(draws):
+    """A part copies its own code into each part it makes (``mystery._private_globals``); the seal
+    and the grading kernel's guard let anyone copy exactly that code (``mystery._HOLDER_CODES``),
+    and refuse a copy of any other function of the package, through the copier too: a reviewer
+    copied a switched-off function that way when they trusted the copier by name (2026-12-08).
+    Control: the copier's own use (a part made in the call) works."""
+    from course.lessons import instability
+    kept = _original_of(instability.problems)
+    refused = run_apart(lambda case: _copies_through_the_parts_copier(case, kept), [draws["broken"]],
+                        lambda case, value: value, off=(instability.problems,))[0].get()
+    assert refused.startswith("refused: copying a function of the course package"), refused
+    made = run_apart(lambda case: type(mystery.Part(lambda x: x, None)).__name__, [draws["broken"]],
+                     lambda case, value: value)[0].get()
+    assert made == "Part", made

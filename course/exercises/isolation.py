@@ -136,7 +136,7 @@ class Sealed(PermissionError):
     """Raised, in a graded call's process, by an introspection route that could reach the answer."""
 
 
-def _make_hook(keeper_code=None, copier_code=None, threads=None):
+def _make_hook(keeper_code=None, part_codes=(), threads=None):
     """The seal: an audit hook that, once ``course.exercises.isolation.seal`` is raised, refuses
 
     * every event of ``DENIED_EVENTS`` and ``DENIED_PREFIXES``, to anyone;
@@ -153,9 +153,8 @@ def _make_hook(keeper_code=None, copier_code=None, threads=None):
 
     One read is allowed: ``gi_frame`` of a part's generator by ``keeper_code``
     (``course.exercises.mystery._keeper``, whose frame keeps what it reads and is itself refused);
-    and one copier of the package's functions besides a module's import: ``copier_code``
-    (``course.exercises.mystery._private_globals``, which copies that module's own functions into
-    the private globals of a part it makes).
+    and copies of ``part_codes`` (``course.exercises.mystery._HOLDER_CODES``: the code a mystery
+    part copies into each part it makes; no test switches any of it off), by anyone.
 
     The thread rule: with ``threads`` given (``_thread._count()`` as the graded call's process began),
     the event ``course.exercises.isolation.part_runs`` (a mystery part, before its function runs) is
@@ -263,14 +262,15 @@ def _make_hook(keeper_code=None, copier_code=None, threads=None):
             return None
         if event == "function.__new__" and len_(args) and type_(args[0]) is code_type \
                 and startswith(args[0].co_filename, course_dir):
+            for code in part_codes:
+                if code is args[0]:
+                    return None
             # a copy of a package function (``types.FunctionType(f.__code__, ...)``) is not the
             # function that ``off=`` switched off. Only the package's own copies are made: at a
             # module's import (``nonfinite._bad``, a module first imported in this process). Any
             # other caller is refused, a package function that calls a callable handed to it too
             caller = getframe(2).f_code
             name = caller.co_name
-            if caller is copier_code and copier_code is not None:
-                return None
             if not (startswith(caller.co_filename, course_dir) and type_(name) is str_ and name == own_copier):
                 return message.format("copying a function of the course package")
             return None
@@ -415,12 +415,20 @@ def _raiser_shape():
     return shaped
 
 
-def seal(threads: int | None = None) -> None:
+def _part_codes() -> tuple:
+    """The code objects a mystery part copies (``course.exercises.mystery._HOLDER_CODES``), exactly
+    code objects, or none."""
+    codes = _getattr(sys.modules.get("course.exercises.mystery"), "_HOLDER_CODES", ())
+    return _tuple(c for c in codes if _type(c) is types.CodeType) if _type(codes) is tuple else ()
+
+
+def seal(threads: int | None = None, part_codes: tuple = ()) -> None:
     """Refuse the routes of ``_make_hook`` for the rest of this process (one way: nothing unseals),
-    with its thread rule when ``threads`` is given. Raises RuntimeError if the seal is not in force
+    with its thread rule when ``threads`` is given, and copies of ``part_codes`` allowed (``_part_codes``,
+    read before any learner code ran here). Raises RuntimeError if the seal is not in force
     afterwards (another audit hook refused ours)."""
     mystery = sys.modules.get("course.exercises.mystery")
-    _addaudithook(_make_hook(getattr(mystery, "_KEEPER_CODE", None), getattr(mystery, "_COPIER_CODE", None), threads))
+    _addaudithook(_make_hook(getattr(mystery, "_KEEPER_CODE", None), part_codes, threads))
     sys.audit("course.exercises.isolation.seal", getattr(mystery, "_HOLDER_CODE", None), _library_only.__code__)
     try:
         gc.get_referrers(seal)
@@ -940,6 +948,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
         # the threads alive here (a fork copies only this one; the count is the parent's): from now
         # on, any other is the learner's (a finalizer's), and no part runs beside it (``seal``)
         threads = _thread_count()
+        part_codes = _part_codes()  # as the grading kernel's guard put the module back before the test
         collecting = _gc_isenabled()
         _gc_disable()  # no finalizer runs while the hidden draws are made (it could watch them made)
         try:
@@ -971,7 +980,7 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             if _thread_count() != threads:
                 raise RuntimeError("a thread was started in the graded call's process before its calls began "
                                    "(by a finalizer of your code's?): nothing may run beside the hidden draws")
-            seal(threads)
+            seal(threads, part_codes)
             # hidden draws are made only now, sealed, on what was just put back: before the fork
             # their answers existed nowhere in this process tree but in the test's own source
             cases = [_realized(c) for c in cases]

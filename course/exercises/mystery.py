@@ -341,7 +341,9 @@ def _arity(fn: Callable):
 
 
 def _takes(arity, args: tuple, kwargs: dict) -> bool:
-    """Whether ``fn(*args, **kwargs)`` binds, by ``_arity(fn)`` (as ``Signature.bind`` decides).
+    """Whether a call ``fn(*args, **kwargs)`` binds its arguments, by ``_arity(fn)`` (as the call
+    itself would; Python 3.11's ``Signature.bind`` refuses a positional-only name given by keyword
+    into ``**kwargs``, which a call accepts).
     ``kwargs``' keys are exact ``str`` (``_check_arguments``)."""
     names, required, positional_only, var_args, var_kwargs, by_keyword, required_keywords = arity
     n = len(args)
@@ -360,6 +362,19 @@ def _takes(arity, args: tuple, kwargs: dict) -> bool:
     return all(name in kwargs for name in required_keywords)
 
 
+def _run(fn: Callable, args: tuple, kwargs: dict) -> tuple:
+    """``(True, fn(*args, **kwargs))``, once nothing of the caller's can run beside ``fn``: no
+    dispatch mode left on the stack (``_disable_current_modes`` reads library names that can be
+    rebound: checked here with torch's own counter), and, in a graded call, no thread but this one
+    alive (the seal refuses ``_PART_RUNS`` otherwise). Checked last, after the arguments (a
+    generator of parameters, read into a list, is the caller's code)."""
+    if _len_torch_dispatch_stack():
+        raise RuntimeError("a torch dispatch mode was still active inside a mystery part: a part runs "
+                           "with the caller's modes suspended")
+    _audit(_PART_RUNS)
+    return True, fn(*args, **kwargs)
+
+
 def _holder(fn: Callable, owner, contract=None):
     """A suspended generator that calls ``fn`` with what it is sent: the only reference to ``fn``
     is a local of its frame, which CPython hands out only through audited routes (``gi_frame``,
@@ -374,7 +389,7 @@ def _holder(fn: Callable, owner, contract=None):
     and the change of ``fn``'s reference count would say which function it held. One way to
     finish it no code of its own can refuse (a ``RecursionError`` as CPython enters the frame); in a
     graded call the grader holds the frame (``_keeper``), so even then nothing is let go."""
-    arity = _arity(fn)
+    arity = _arity(fn) if contract is None else None  # with a contract, the contract alone decides
     while True:
         try:
             request = yield
@@ -394,22 +409,21 @@ def _holder(fn: Callable, owner, contract=None):
         try:
             if low:
                 raise RecursionError(_LOW_STACK)
-            _audit(_PART_RUNS)  # in a graded call: refused while another thread of the caller's is alive
             if contract is not None:
                 args = _check_arguments(contract, args, kwargs)
             if arity is not None and not _takes(arity, args, kwargs):
                 raise PartArgumentError("this part was called with arguments it does not take: see "
                                         "the Pipeline field's documentation for its signature")
             collecting = _gc_isenabled()
-            if collecting:  # no finalizer of the caller's runs while the function does
+            if collecting:  # no garbage cycle of the caller's is collected while the function runs
                 _gc_disable()
             try:
                 with _DisableTorchFunction():
                     if _len_torch_dispatch_stack():
                         with _disable_current_modes():
-                            answer = (True, fn(*args, **kwargs))
+                            answer = _run(fn, args, kwargs)
                     else:
-                        answer = (True, fn(*args, **kwargs))
+                        answer = _run(fn, args, kwargs)
             finally:
                 if collecting:
                     _gc_enable()
@@ -580,13 +594,20 @@ class _Rewire:
     attention: str
     use_positions: bool
 
+    def __post_init__(self):
+        # made with the draw, before any learner code runs: a part made while it runs would pass
+        # ``self.attention`` through names learner code could have rebound (``Part``, ``functools``)
+        object.__setattr__(self, "_mask", Part(functools.partial(_mask_as, self.attention), "mask"))
+        object.__setattr__(self, "_positions", Part(functools.partial(_positions_as, self.use_positions),
+                                                    "add_positions"))
+
     def __call__(self, model):
         model = self.inner(model)
         for m in model.modules():
             if isinstance(m, Attention):
-                m.mask = Part(functools.partial(_mask_as, self.attention), "mask")
+                m.mask = self._mask
             if isinstance(m, TinyGPT):
-                m.add_positions = _OnModel(Part(functools.partial(_positions_as, self.use_positions), "add_positions"), m)
+                m.add_positions = _OnModel(self._positions, m)
         return model
 
 
@@ -1146,4 +1167,6 @@ def _private_globals(template=tuple((name, value) for name, value in globals().i
     return private
 
 
-_COPIER_CODE = _private_globals.__code__  # the one function of the package the seal lets copy its functions later
+# the code objects ``_private_globals`` copies into each part: the grading kernel's guard and the seal
+# let anyone copy these, and no other code of the package, whoever the caller (none is switched off)
+_HOLDER_CODES = tuple(globals()[name].__code__ for name in _HOLDER_PATH)
