@@ -415,6 +415,10 @@ def _raiser_shape():
     return shaped
 
 
+def _random_key(_) -> bytes:
+    return _urandom(8)
+
+
 def _part_codes() -> tuple:
     """The code objects a mystery part copies (``course.exercises.mystery._HOLDER_CODES``), exactly
     code objects, or none."""
@@ -983,18 +987,27 @@ def run_apart(fn: Callable, cases: Sequence, encode: Callable[[Any, Any], Any],
             seal(threads, part_codes)
             # hidden draws are made only now, sealed, on what was just put back: before the fork
             # their answers existed nowhere in this process tree but in the test's own source
-            cases = [_realized(c) for c in cases]
-            # this frame (which no learner code can open) keeps every case, its fields and its
-            # parts' generators alive: whatever learner code drops, nothing of a draw is freed, so
-            # no reference count changes to say which function a part held
-            held = _tuple(_hold(c) for c in cases)
-            # each case under a random slot: the calls run in the order of the slots
-            slots = [_urandom(8).hex() for _ in cases]
-            pairs = list(zip(slots, cases))  # in the cases' order, which the reply keeps
-            del cases
+            # in an order of its own (``os.urandom``), not the test's: objects made one after the
+            # other lie close in memory, and a red team ordered a call's cases by the ids of what
+            # each draw made, then read each one's answer off the test's text (2026-12-08)
+            order = sorted(range(len(cases)), key=_random_key)
+            made, held, slots, snaps = [None] * len(cases), [None] * len(cases), [None] * len(cases), {}
             if then is not None:
                 checker, snap = then[0]()  # before any learner code runs here: it binds what it uses
-                then = (checker, then[1], {slot: snap(case) for slot, case in pairs}, _pristine_baseline())
+            for i in order:
+                made[i] = _realized(cases[i])
+                # this frame (which no learner code can open) keeps every case, its fields and its
+                # parts' generators alive: whatever learner code drops, nothing of a draw is freed,
+                # so no reference count changes to say which function a part held
+                held[i] = _hold(made[i])
+                slots[i] = _urandom(8).hex()  # each case under a random slot: the calls run in their order
+                if then is not None:
+                    snaps[slots[i]] = snap(made[i])
+            held = _tuple(held)
+            pairs = list(zip(slots, made))  # in the cases' order, which the reply keeps
+            del cases, made, order
+            if then is not None:
+                then = (checker, then[1], snaps, _pristine_baseline())
             tail = _child_tail(token)  # from here on, this thread calls only what the tail bound now
             if collecting:
                 _gc_enable()

@@ -1083,7 +1083,9 @@ _SET = _SETS["02_nan_decision_tree"]
 _fixed_ok = _diag.finite_and_falling  # runs after your fix, switched on again
 _OFF = (_diag.locate, _nf.first_nonfinite, _nf.is_bad, _nf.advise, _nf.advice_text, _train.train, _train.train_steps)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.hidden("lr-sign-typo", 65, _SET.base, "h-02-v3f")], _fixed_ok, what="fix", off=_OFF)
+# two bugs of different parts: no one repair made to every pipeline fixes both
+_mystery.check_fix(fix, [_mystery.hidden(b, 65 + i, _SET.base, "h-02-v3f") for i, b in enumerate(("lr-sign-typo", "causal-mask-strict"))],
+                   _fixed_ok, what="fix", off=_OFF)
 ### END HIDDEN TESTS
 _mystery.check_fix(fix, [_mystery.make(b, 40 + i, _SET.base)
                          for i, b in enumerate(("causal-mask-strict", "lr-sign-typo", "log-guarded-by-where"))],

@@ -1129,8 +1129,9 @@ from course.lessons.replay import MYSTERY_PIPE as _BASE, spike_alerts as _spike_
 
 _off = (_mystery.reveal, _mystery.touched, _mystery.draw, _mystery.make, _spike_alerts, _spike_symptom, _Policy.observe)
 ### BEGIN HIDDEN TESTS
-_mystery.check_fix(fix, [_mystery.hidden("lr-burst", 65, _BASE, salt="h-04-v2f")], lambda p: _spike_symptom(p, seed=7),
-                   what="fix", off=_off)
+# two bugs of different parts: no one repair made to every pipeline fixes both
+_mystery.check_fix(fix, [_mystery.hidden(b, 65 + i, _BASE, salt="h-04-v2f") for i, b in enumerate(("lr-burst", "corrupted-shard"))],
+                   lambda p: _spike_symptom(p, seed=7), what="fix", off=_off)
 ### END HIDDEN TESTS
 _mystery.check_fix(fix, [_mystery.make("corrupted-shard", 21, _BASE), _mystery.make("lr-burst", 22, _BASE)],
                    lambda p: _spike_symptom(p, seed=7), what="fix", off=_off)
