@@ -94,6 +94,8 @@ _addaudithook, _getframe = sys.addaudithook, sys._getframe
 _base_getattribute = object.__getattribute__
 _start_new_thread, _allocate_lock, _thread_count = _thread.start_new_thread, _thread.allocate_lock, _thread._count
 _gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+# the event a mystery part raises before its function runs: the seal refuses it beside another thread
+PART_RUNS = "course.exercises.isolation.part_runs"
 _sleep = time.sleep
 _encode_json_str = json.encoder.encode_basestring_ascii  # C, as json.dumps writes a str
 _dumps, _loads = json.dumps, json.loads
@@ -166,7 +168,7 @@ def _make_hook(keeper_code=None, part_codes=(), threads=None):
     later changes nothing, and nothing of anyone else's runs inside it (its checks are suspended
     while it runs). Only the hook (which no Python object references) holds its state."""
     sealed, inside, locked = [False], set(), [False]  # ``inside``: the threads running the hook now
-    count, part_runs = _thread_count, "course.exercises.isolation.part_runs"
+    count, part_runs = _thread_count, PART_RUNS
     most = None if threads is None else threads + 1
     alone = ("a mystery part does not run while another thread of yours is alive in a graded call (it "
              "could watch what the part does): end or join your threads before you call a part")

@@ -62,7 +62,7 @@ from ..toolkit.batch import Batch
 from ..toolkit.salts import mixed as _mixed
 from ..toolkit.guards import SwitchedOff
 from .grading import captured_warnings
-from .isolation import Sealed, plain_str, run_apart, set_rng_state
+from .isolation import PART_RUNS as _PART_RUNS, Sealed, _codes_in, plain_str, run_apart, set_rng_state
 
 _tuple = tuple
 
@@ -102,11 +102,10 @@ _context_of = BaseException.__dict__["__context__"].__get__
 _cause_of = BaseException.__dict__["__cause__"].__get__
 
 # What a part's own code calls while it runs, bound at import: a part runs on a private copy of this
-# module's functions and globals, and of ``builtins`` (``_private_holder``), so rebinding a name here,
+# module's functions and globals, and of ``builtins`` (``_private_globals``), so rebinding a name here,
 # in ``torch`` or in ``builtins`` changes nothing a part does (its traceback dropping, its stack and
 # argument rules); what the held function itself calls is another matter (docs/grading-integrity.md).
 _audit, _gc_isenabled, _gc_disable, _gc_enable = sys.audit, gc.isenabled, gc.disable, gc.enable
-_PART_RUNS = "course.exercises.isolation.part_runs"  # the seal refuses it while another thread is alive
 _DisableTorchFunction, _len_torch_dispatch_stack = torch._C.DisableTorchFunction, torch._C._len_torch_dispatch_stack
 _Tensor, _TorchParameter, _Module, _Optimizer = torch.Tensor, torch.nn.Parameter, torch.nn.Module, torch.optim.Optimizer
 _LRScheduler, _dtype, _device, _Size = torch.optim.lr_scheduler.LRScheduler, torch.dtype, torch.device, torch.Size
@@ -343,8 +342,8 @@ def _arity(fn: Callable):
 def _takes(arity, args: tuple, kwargs: dict) -> bool:
     """Whether a call ``fn(*args, **kwargs)`` binds its arguments, by ``_arity(fn)`` (as the call
     itself would; Python 3.11's ``Signature.bind`` refuses a positional-only name given by keyword
-    into ``**kwargs``, which a call accepts).
-    ``kwargs``' keys are exact ``str`` (``_check_arguments``)."""
+    into ``**kwargs``, which a call accepts). Used only for a part without a contract, so it refuses
+    a keyword that is not an exact ``str`` itself (a subclass's ``__eq__`` would see the names)."""
     names, required, positional_only, var_args, var_kwargs, by_keyword, required_keywords = arity
     n = len(args)
     if n > len(names) and not var_args:
@@ -1118,26 +1117,17 @@ _sha256, _marshal_dumps = hashlib.sha256, marshal.dumps
 def _names_used(functions: tuple) -> frozenset:
     """Every global or builtin name the code of ``functions`` (of this module) reads, nested code
     included: what ``_private_globals`` copies (attribute names come along, harmlessly)."""
-    names, todo = set(), [globals()[name].__code__ for name in functions]
-    while todo:
-        code = todo.pop()
-        todo += [c for c in code.co_consts if type(c) is types.CodeType]
-        names.update(code.co_names)
-    return frozenset(names)
+    return frozenset(n for name in functions for code in _codes_in(globals()[name].__code__) for n in code.co_names)
 
 
 def _functions_called(name: str, seen: tuple = ()) -> tuple:
     """``name`` and every function of this module its code names, in turn (nested code included):
     the functions a part's generator can call, which ``_private_globals`` copies."""
     seen += (name,)
-    todo = [globals()[name].__code__]
-    while todo:
-        code = todo.pop()
-        todo += [c for c in code.co_consts if type(c) is types.CodeType]
-        for used in code.co_names:
-            value = globals().get(used)
-            if used not in seen and type(value) is types.FunctionType and value.__globals__ is globals():
-                seen = _functions_called(used, seen)
+    for used in _names_used((name,)):
+        value = globals().get(used)
+        if used not in seen and type(value) is types.FunctionType and value.__globals__ is globals():
+            seen = _functions_called(used, seen)
     return seen
 
 
